@@ -1,0 +1,40 @@
+# Two entry points: `make run` (the main job) and `make test` (the whole suite and checks).
+# Each creates .venv and installs what it needs by itself.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-quick lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/tavern-agent tools list
+	$(BIN)/tavern-agent call dice_roll '{"formula":"3d6+4"}'
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy --strict src
+
+test: lint
+	$(BIN)/pytest -q
+
+test-quick: $(STAMP)
+	$(BIN)/pytest -q -m 'not slow'
+
+$(VENV)/.bench: $(STAMP)
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	touch $(VENV)/.bench
+
+bench: $(VENV)/.bench
+	$(BIN)/python benchmarks/gate_overhead.py
+	$(BIN)/python benchmarks/toolset_tokens.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

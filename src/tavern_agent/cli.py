@@ -1,0 +1,269 @@
+"""The ``tavern-agent`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tavern_agent.config import default_data_dir, profiles_dir, resolve_profile
+from tavern_agent.core.arguments import MISSING
+from tavern_agent.core.calls import ToolCall
+from tavern_agent.core.descriptors import Scene
+from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.core.profile import Profile, ProfileError
+from tavern_agent.fsutil import atomic_write
+from tavern_agent.tools.builtin import builtin_registry
+from tavern_agent.tools.catalog import ProfileValidationError, ToolCatalog
+from tavern_agent.tools.dispatch import Dispatcher
+from tavern_agent.tools.gate import ToolRequestGate
+from tavern_agent.tools.results import DirectoryResultFiles
+from tavern_agent.tools.snapshot import ToolSnapshot, build_snapshot
+
+PROTOCOLS = [p.value for p in ModelProtocol]
+SCENES = [s.value for s in Scene]
+
+
+def _catalog() -> ToolCatalog:
+    return ToolCatalog(builtin_registry())
+
+
+def _snapshot(
+    ctx: click.Context, profile_spec: str | None, scene: str, protocol: str
+) -> ToolSnapshot:
+    catalog = _catalog()
+    scene_value = Scene(scene)
+    try:
+        if profile_spec is None:
+            profile = Profile.allowing([d.tool_id for d in catalog.descriptors(scene_value)])
+        else:
+            profile = resolve_profile(profile_spec, ctx.obj["data_dir"])
+    except ProfileError as exc:
+        raise click.UsageError(str(exc)) from None
+    snapshot_id = f"cli-{secrets.token_hex(6)}"
+    return build_snapshot(catalog, profile, scene_value, ModelProtocol(protocol), snapshot_id)
+
+
+def _profile_option(f: Any) -> Any:
+    return click.option(
+        "--profile",
+        "profile_spec",
+        metavar="P",
+        help="Profile id (data dir or built-in, e.g. default-writer) or a .json path. "
+        "Default: every tool in the catalog.",
+    )(f)
+
+
+def _scene_option(f: Any) -> Any:
+    return click.option(
+        "--scene", type=click.Choice(SCENES), default="chat", show_default=True, help="Run scene."
+    )(f)
+
+
+def _protocol_option(f: Any) -> Any:
+    return click.option(
+        "--protocol",
+        type=click.Choice(PROTOCOLS),
+        default="openai_chat",
+        show_default=True,
+        help="Model protocol whose naming and schema rules apply.",
+    )(f)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Data root (default: $TAVERN_AGENT_DATA_DIR or ~/.local/share/tavern-agent).",
+)
+@click.version_option(package_name="tavern-agent")
+@click.pass_context
+def cli(ctx: click.Context, data_dir: Path | None) -> None:
+    """tavern-agent: the tool layer of a roleplay chat agent.
+
+    List the tools a profile offers a model, or send one call through the
+    same gate, dispatch and result steps a real run uses.
+    """
+    ctx.obj = {"data_dir": data_dir or default_data_dir()}
+
+
+@cli.group()
+def tools() -> None:
+    """Inspect the tool catalog."""
+
+
+@tools.command("list")
+@_profile_option
+@_scene_option
+@_protocol_option
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the bindings as JSON (the listing API)."
+)
+@click.pass_context
+def tools_list(
+    ctx: click.Context, profile_spec: str | None, scene: str, protocol: str, as_json: bool
+) -> None:
+    """Print the tools a model would be offered: name, ToolId, description, parameters."""
+    snap = _snapshot(ctx, profile_spec, scene, protocol)
+    if as_json:
+        click.echo(json.dumps(listing_json(snap), ensure_ascii=False, indent=2))
+        return
+    for b in snap.bindings:
+        click.echo(f"{b.model_name}  ({b.tool_id})")
+        click.echo(f"  {b.descriptor.description}")
+        for line in _parameter_lines(b.parameters):
+            click.echo(f"    {line}")
+    if not snap.bindings:
+        click.echo("(no tools)")
+    for note in snap.diagnostics:
+        click.echo(f"note: {note}", err=True)
+
+
+def listing_json(snap: ToolSnapshot) -> dict[str, Any]:
+    """The tool-listing API (R2.5): the snapshot's bindings as the model sees them."""
+    return {
+        "protocol": snap.protocol.value,
+        "scene": snap.scene.value,
+        "profileId": snap.profile_id,
+        "maxCallsPerInvocation": snap.max_calls_per_invocation,
+        "inlineCharLimit": snap.inline_char_limit,
+        "tools": [
+            {
+                "name": b.model_name,
+                "toolId": str(b.tool_id),
+                "description": b.descriptor.description,
+                "parameters": b.protocol_parameters,
+                "scenes": sorted(s.value for s in b.descriptor.scenes),
+                "maxCalls": b.max_calls,
+            }
+            for b in snap.bindings
+        ],
+        "diagnostics": list(snap.diagnostics),
+    }
+
+
+def _parameter_lines(schema: Any) -> list[str]:
+    props = schema.get("properties") or {}
+    required = set(schema.get("required") or ())
+    lines = []
+    for name, spec in props.items():
+        kind = spec.get("type", "any") if isinstance(spec, dict) else "any"
+        need = "required" if name in required else "optional"
+        desc = spec.get("description", "") if isinstance(spec, dict) else ""
+        lines.append(f"{name}: {kind} ({need}) {desc}".rstrip())
+    return lines or ["(no parameters)"]
+
+
+@cli.command("call")
+@click.argument("name")
+@click.argument("raw_args", required=False, default=None)
+@_profile_option
+@click.option(
+    "--workspace",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Workspace directory for long results (default: <data-dir>/cli-workspace).",
+)
+@_scene_option
+@_protocol_option
+@click.option(
+    "--seed", type=int, default=None, help="Seed the randomness (dice) for a repeatable call."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the whole AgentToolResult as JSON.")
+@click.pass_context
+def call_command(
+    ctx: click.Context,
+    name: str,
+    raw_args: str | None,
+    profile_spec: str | None,
+    workspace: Path | None,
+    scene: str,
+    protocol: str,
+    seed: int | None,
+    as_json: bool,
+) -> None:
+    """Send one call NAME with RAW_ARGS (argument text exactly as a model sent it).
+
+    Omit RAW_ARGS for a call whose arguments field was missing. Error results
+    are results: they print and exit 0.
+    """
+    snap = _snapshot(ctx, profile_spec, scene, protocol)
+    root = workspace or ctx.obj["data_dir"] / "cli-workspace"
+    gate = ToolRequestGate(
+        snap,
+        Dispatcher(_catalog()),
+        result_files=DirectoryResultFiles(root),
+        run_id="cli",
+        rng=random.Random(seed),
+    )
+    call = ToolCall(f"call_{secrets.token_hex(8)}", name, MISSING if raw_args is None else raw_args)
+    executed = asyncio.run(gate.handle(call, round=1))
+    result = executed.result
+    if as_json:
+        payload = result.to_json() | {"effect": type(executed.effect).__name__}
+        click.echo(json.dumps(payload, ensure_ascii=False, indent=2))
+    else:
+        if result.is_error and result.error_code is not None:
+            click.echo(f"[{result.error_code}]")
+        click.echo(result.content)
+
+
+@cli.group()
+def profile() -> None:
+    """Create and check profiles."""
+
+
+@profile.command("new")
+@click.argument("profile_id")
+@click.option("--name", default=None, help="Display name (default: the id).")
+@click.pass_context
+def profile_new(ctx: click.Context, profile_id: str, name: str | None) -> None:
+    """Create a profile in the data dir; like every new profile it enables the shell."""
+    try:
+        new = Profile.new(profile_id, name)
+    except ValueError as exc:
+        raise click.UsageError(
+            f"bad profile id {profile_id!r}: use letters, digits, '.', '_', '-'"
+        ) from exc
+    path = profiles_dir(ctx.obj["data_dir"]) / f"{profile_id}.json"
+    if path.exists():
+        raise click.UsageError(f"profile {profile_id!r} exists already: {path}")
+    atomic_write(path, (json.dumps(new.to_json(), indent=2) + "\n").encode())
+    click.echo(str(path))
+
+
+@profile.command("validate")
+@click.argument("profile_spec")
+@click.pass_context
+def profile_validate(ctx: click.Context, profile_spec: str) -> None:
+    """Check a profile against the catalog: every enabled tool and override must exist."""
+    try:
+        loaded = resolve_profile(profile_spec, ctx.obj["data_dir"])
+        _catalog().validate_profile(loaded)
+    except (ProfileError, ProfileValidationError) as exc:
+        problems = exc.problems if isinstance(exc, ProfileValidationError) else [str(exc)]
+        for problem in problems:
+            click.echo(f"error: {problem}", err=True)
+        sys.exit(1)
+    click.echo(f"{loaded.id}: ok")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: usage errors print one line and exit 2."""
+    try:
+        cli.main(args=argv, prog_name="tavern-agent", standalone_mode=False)
+    except click.UsageError as exc:
+        click.echo(f"tavern-agent: error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        click.echo(f"tavern-agent: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(130)

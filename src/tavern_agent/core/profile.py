@@ -1,0 +1,166 @@
+"""Profiles: which tools an agent may use, its budgets and description overrides.
+
+Profiles are JSON files (camelCase keys). Tool settings use ToolIds, never
+model-facing names (R1.1). ``tools.allow`` is ordered: it is the order in
+which tools are shown to the model; ``tools.deny`` wins over ``allow``.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from tavern_agent.core.ids import InvalidToolId, ToolId
+
+DEFAULT_MAX_CALLS = 80
+DEFAULT_MAX_ROUNDS = 80
+DEFAULT_INLINE_CHAR_LIMIT = 50_000
+NEW_PROFILE_TOOLS = ("builtin:workspace.shell",)  # R1.7
+BUILTIN_PROFILE_IDS = ("default-writer",)
+
+
+class ProfileError(ValueError):
+    """A profile file that cannot be used, with the field at fault."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+def _tool_id_text(value: str) -> str:
+    ToolId.parse(value)  # raises InvalidToolId, which names the bad part
+    return value
+
+
+class ToolSelection(_Model):
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+
+    @field_validator("allow", "deny")
+    @classmethod
+    def _valid_ids(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        for value in values:
+            try:
+                _tool_id_text(value)
+            except InvalidToolId as exc:
+                raise ValueError(str(exc)) from None
+        return values
+
+    def enabled(self) -> list[ToolId]:
+        """Allowed and not denied, in allow order, without repeats."""
+        denied = set(self.deny)
+        seen: set[str] = set()
+        result: list[ToolId] = []
+        for text in self.allow:
+            if text not in denied and text not in seen:
+                seen.add(text)
+                result.append(ToolId.parse(text))
+        return result
+
+
+class Limits(_Model):
+    max_rounds: int = Field(DEFAULT_MAX_ROUNDS, ge=1, le=10_000)
+    max_calls_per_invocation: int = Field(DEFAULT_MAX_CALLS, ge=1, le=100_000)
+    max_calls_per_tool: dict[str, int] = Field(default_factory=dict)
+    external_result_inline_char_limit: int = Field(DEFAULT_INLINE_CHAR_LIMIT, ge=1_000)
+
+    @field_validator("max_calls_per_tool")
+    @classmethod
+    def _valid_tool_budgets(cls, values: dict[str, int]) -> dict[str, int]:
+        for key, count in values.items():
+            try:
+                _tool_id_text(key)
+            except InvalidToolId as exc:
+                raise ValueError(str(exc)) from None
+            if count < 1:
+                raise ValueError(f"budget for {key} must be at least 1, got {count}")
+        return values
+
+
+class DescriptionOverride(_Model):
+    description: str | None = None
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class WorkspaceSettings(_Model):
+    visible_roots: tuple[str, ...] | None = None
+    writable_roots: tuple[str, ...] | None = None
+
+
+class Profile(_Model):
+    """An agent profile. Load with :meth:`load`, create with :meth:`new`."""
+
+    schema_version: int = 1
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    name: str
+    description: str = ""
+    tools: ToolSelection = ToolSelection()
+    limits: Limits = Limits()
+    tool_descriptions: dict[str, DescriptionOverride] = Field(default_factory=dict)
+    workspace: WorkspaceSettings = WorkspaceSettings()
+
+    @field_validator("tool_descriptions")
+    @classmethod
+    def _valid_override_ids(
+        cls, values: dict[str, DescriptionOverride]
+    ) -> dict[str, DescriptionOverride]:
+        for key in values:
+            try:
+                _tool_id_text(key)
+            except InvalidToolId as exc:
+                raise ValueError(str(exc)) from None
+        return values
+
+    @classmethod
+    def new(cls, profile_id: str, name: str | None = None) -> Profile:
+        """A fresh profile; like every new profile it enables the shell (R1.7)."""
+        return cls(
+            id=profile_id, name=name or profile_id, tools=ToolSelection(allow=NEW_PROFILE_TOOLS)
+        )
+
+    @classmethod
+    def allowing(cls, tool_ids: list[ToolId], profile_id: str = "catalog") -> Profile:
+        """A profile that enables exactly ``tool_ids`` (the whole catalog, for listings)."""
+        allow = tuple(str(t) for t in tool_ids)
+        return cls(id=profile_id, name="All catalog tools", tools=ToolSelection(allow=allow))
+
+    @classmethod
+    def from_json(cls, data: Any, origin: str = "profile") -> Profile:
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "(root)"
+            more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+            raise ProfileError(f"{origin}: {where}: {first['msg']}{more}") from None
+
+    @classmethod
+    def load(cls, path: Path) -> Profile:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ProfileError(f"{path}: no such profile file") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ProfileError(f"{path}: cannot read profile: {exc}") from None
+        return cls.from_json(data, str(path))
+
+    @classmethod
+    def builtin(cls, profile_id: str) -> Profile:
+        """One of the profiles shipped with the package (:data:`BUILTIN_PROFILE_IDS`)."""
+        if profile_id not in BUILTIN_PROFILE_IDS:
+            raise ProfileError(f"no built-in profile {profile_id!r}")
+        text = resources.files("tavern_agent.profiles").joinpath(f"{profile_id}.json").read_text()
+        return cls.from_json(json.loads(text), f"built-in profile {profile_id}")
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_defaults=False)
+
+    def tool_budget(self, tool_id: ToolId) -> int | None:
+        return self.limits.max_calls_per_tool.get(str(tool_id))

@@ -1,0 +1,140 @@
+"""Results and effects of a tool call (R5.1, R8.1).
+
+A tool returns a :class:`ToolOutcome`: text for the model, structured data for
+the record, and at most one typed :data:`AgentToolEffect` that the runtime
+records and applies. The gate turns it into an :class:`AgentToolResult`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tavern_agent.core.errors import ErrorCode
+from tavern_agent.core.ids import ToolId
+
+# ---------------------------------------------------------------- effects
+
+
+@dataclass(frozen=True, slots=True)
+class NoEffect:
+    """The call changed nothing the runtime must track (always so for MCP/extension)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileWritten:
+    path: str
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class FilePatched:
+    path: str
+    old_sha256: str
+    sha256: str
+    replacements: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRequested:
+    path: str
+    mode: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskReturned:
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class HandoffAccepted:
+    agent_id: str
+    brief: dict[str, Any]
+
+
+AgentToolEffect = (
+    NoEffect | FileWritten | FilePatched | CommitRequested | Finish | TaskReturned | HandoffAccepted
+)
+NO_EFFECT = NoEffect()
+
+# ---------------------------------------------------------------- outcomes
+
+
+@dataclass(frozen=True, slots=True)
+class ToolError:
+    """A recoverable error: the code and the text the model reads."""
+
+    code: ErrorCode
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """What a tool (or a gate check) produced, before ids are attached."""
+
+    content: str
+    structured: Any = None
+    error: ToolError | None = None
+    resource_refs: tuple[str, ...] = ()
+    effect: AgentToolEffect = NO_EFFECT
+
+    @classmethod
+    def fail(cls, code: ErrorCode, message: str, **details: Any) -> ToolOutcome:
+        """A recoverable error result; ``details`` join the structured record."""
+        structured = {"error": {"code": code.value, "message": message, **details}}
+        return cls(content=message, structured=structured, error=ToolError(code, message))
+
+
+class ToolFailure(Exception):
+    """Raised inside a tool for a recoverable error; the dispatcher returns it as a result."""
+
+    def __init__(self, code: ErrorCode, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+    def outcome(self) -> ToolOutcome:
+        return ToolOutcome.fail(self.code, self.message, **self.details)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentToolResult:
+    """One call's result as recorded and fed to the next turn (R5.1).
+
+    The model reads ``content`` only; ``structured`` stays in the record.
+    ``tool_id`` is ``None`` when the called name matched nothing.
+    """
+
+    call_id: str
+    tool_id: ToolId | None
+    content: str
+    structured: Any = None
+    is_error: bool = False
+    error_code: ErrorCode | None = None
+    resource_refs: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "callId": self.call_id,
+            "toolId": None if self.tool_id is None else str(self.tool_id),
+            "content": self.content,
+            "structured": self.structured,
+            "isError": self.is_error,
+            "errorCode": None if self.error_code is None else self.error_code.value,
+            "resourceRefs": list(self.resource_refs),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutedCall:
+    """The gate's answer for one call: the result and the effect to apply."""
+
+    result: AgentToolResult
+    effect: AgentToolEffect = field(default=NO_EFFECT)

@@ -1,0 +1,112 @@
+"""Parameter schemas adapted to what each protocol's ``parameters`` field accepts.
+
+OpenAI (non-strict) and Anthropic take JSON Schema as it is. Gemini's
+``parameters`` is an OpenAPI 3.0 subset: it refuses ``additionalProperties``,
+``$schema``, ``const``, type arrays and unknown keys, takes only string enums
+and no ``$ref``. The adapter copies on write: a schema that needs no change is
+returned as the very same object, which keeps snapshots of many tools cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tavern_agent.core.naming import ModelProtocol
+
+# Keys of the Gemini ``Schema`` message (python-genai types.Schema).
+_GEMINI_KEYS = frozenset(
+    {
+        "type",
+        "format",
+        "title",
+        "description",
+        "nullable",
+        "enum",
+        "items",
+        "properties",
+        "required",
+        "anyOf",
+        "minimum",
+        "maximum",
+        "minItems",
+        "maxItems",
+        "minLength",
+        "maxLength",
+        "minProperties",
+        "maxProperties",
+        "pattern",
+        "propertyOrdering",
+        "default",
+        "example",
+    }
+)
+_MAX_REF_DEPTH = 16
+
+
+def adapt_parameters(schema: Mapping[str, Any], protocol: ModelProtocol) -> Mapping[str, Any]:
+    """The parameter schema to send for ``protocol``."""
+    if protocol is ModelProtocol.GEMINI:
+        defs = schema.get("$defs") or schema.get("definitions") or {}
+        return _gemini(schema, defs if isinstance(defs, Mapping) else {}, 0)
+    return schema
+
+
+def _gemini(schema: Mapping[str, Any], defs: Mapping[str, Any], depth: int) -> Mapping[str, Any]:
+    if not isinstance(schema, Mapping):
+        return {}
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        target = defs.get(ref.rsplit("/", 1)[-1]) if ref.startswith("#/") else None
+        if target is None or depth >= _MAX_REF_DEPTH:
+            note = schema.get("description") or "A nested value."
+            return {"type": "object", "description": note}
+        merged = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+        return _gemini(merged, defs, depth + 1)
+    out: dict[str, Any] | None = None
+
+    def edit() -> dict[str, Any]:
+        nonlocal out
+        if out is None:
+            out = dict(schema)
+        return out
+
+    for key in schema:
+        if key not in _GEMINI_KEYS:
+            edit().pop(key, None)
+    if "oneOf" in schema and "anyOf" not in schema:
+        edit()["anyOf"] = schema["oneOf"]
+    if "const" in schema:
+        edit()["enum"] = [schema["const"]]
+    declared = schema.get("type")
+    if isinstance(declared, list):
+        kinds = [t for t in declared if t != "null"]
+        if "null" in declared:
+            edit()["nullable"] = True
+        if len(kinds) == 1:
+            edit()["type"] = kinds[0]
+        else:
+            edit().pop("type", None)
+            edit()["anyOf"] = [{"type": t} for t in kinds]
+    current = out if out is not None else schema
+    enum = current.get("enum")
+    if isinstance(enum, list) and not all(isinstance(e, str) for e in enum):
+        allowed = ", ".join(map(str, enum))
+        edit().pop("enum")
+        edit()["description"] = f"{current.get('description', '')} Allowed: {allowed}.".strip()
+    props = current.get("properties")
+    if isinstance(props, Mapping):
+        new_props = {k: _gemini(v, defs, depth) for k, v in props.items()}
+        if any(new_props[k] is not props[k] for k in props):
+            edit()["properties"] = new_props
+    items = current.get("items")
+    if isinstance(items, Mapping):
+        new_items = _gemini(items, defs, depth)
+        if new_items is not items:
+            edit()["items"] = new_items
+    branches = (out if out is not None else schema).get("anyOf")
+    if isinstance(branches, list):
+        new_branches = [_gemini(b, defs, depth) for b in branches]
+        if any(a is not b for a, b in zip(new_branches, branches, strict=True)):
+            edit()["anyOf"] = new_branches
+    return out if out is not None else schema

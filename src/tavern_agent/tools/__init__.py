@@ -1,0 +1,1 @@
+"""The tool system: catalog, snapshots, the request gate, dispatch and results."""

@@ -1,0 +1,13 @@
+"""Built-in tools, one module per family. Register a new tool in :data:`BUILTIN_TOOLS`."""
+
+from __future__ import annotations
+
+from tavern_agent.tools.builtin import dice
+from tavern_agent.tools.builtin.registry import BuiltinRegistry, BuiltinTool
+
+BUILTIN_TOOLS: tuple[BuiltinTool, ...] = (dice.ROLL,)
+
+
+def builtin_registry() -> BuiltinRegistry:
+    """A registry holding every built-in tool this version ships."""
+    return BuiltinRegistry(BUILTIN_TOOLS)

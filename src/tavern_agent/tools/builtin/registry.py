@@ -1,0 +1,78 @@
+"""The built-in tool registry: adding a tool is one :class:`BuiltinTool` value (R8.1)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tavern_agent.core.descriptors import ALL_SCENES, Scene, ToolDescriptor
+from tavern_agent.core.ids import ToolId
+from tavern_agent.core.results import ToolOutcome
+from tavern_agent.tools.context import CallContext
+
+Run = Callable[[dict[str, Any], CallContext], Awaitable[ToolOutcome]]
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinTool:
+    """A built-in tool: its descriptor and its ``run`` function.
+
+    ``run`` receives a confirmed argument object that already fits the
+    schema; it returns a :class:`ToolOutcome` or raises ``ToolFailure`` for a
+    recoverable error. ``spills`` sends large output through the shared
+    long-result step; ``finishing`` marks tools that end a turn.
+    """
+
+    descriptor: ToolDescriptor
+    run: Run
+    spills: bool = False
+    finishing: bool = False
+
+    @property
+    def tool_id(self) -> ToolId:
+        return self.descriptor.tool_id
+
+
+def builtin_tool(
+    name: str,
+    *,
+    description: str,
+    parameters: Mapping[str, Any],
+    scenes: frozenset[Scene] = ALL_SCENES,
+    spills: bool = False,
+    finishing: bool = False,
+) -> Callable[[Run], BuiltinTool]:
+    """Decorator turning an ``async def run(args, ctx)`` into a :class:`BuiltinTool`."""
+
+    def wrap(run: Run) -> BuiltinTool:
+        descriptor = ToolDescriptor(ToolId.builtin(name), description, parameters, scenes)
+        return BuiltinTool(descriptor, run, spills, finishing)
+
+    return wrap
+
+
+class BuiltinRegistry:
+    """The built-in tools of one runtime, keyed by ToolId."""
+
+    def __init__(self, tools: Iterable[BuiltinTool] = ()) -> None:
+        self._tools: dict[ToolId, BuiltinTool] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: BuiltinTool) -> None:
+        if tool.tool_id in self._tools:
+            raise ValueError(f"built-in tool {tool.tool_id} is registered twice")
+        self._tools[tool.tool_id] = tool
+
+    def get(self, tool_id: ToolId) -> BuiltinTool | None:
+        return self._tools.get(tool_id)
+
+    def descriptors(self, scene: Scene) -> list[ToolDescriptor]:
+        return [t.descriptor for t in self._tools.values() if t.descriptor.serves(scene)]
+
+    def __iter__(self) -> Iterator[BuiltinTool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)

@@ -1,0 +1,225 @@
+"""The tool catalog: built-in, MCP and extension tools behind one lookup.
+
+External sources plug in through two small ports with the same shape,
+:class:`McpCatalog` and :class:`ExtensionTools`. The catalog answers which
+tools exist for a scene, validates a profile that newly enables tools, and
+prepares the ordered, overridden descriptors a snapshot is built from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from tavern_agent.core.descriptors import Scene, ToolDescriptor
+from tavern_agent.core.errors import ErrorCode
+from tavern_agent.core.ids import ToolId, ToolKind
+from tavern_agent.core.profile import Profile
+from tavern_agent.tools.builtin.registry import BuiltinRegistry
+from tavern_agent.tools.context import CallContext
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalReceipt:
+    """What an MCP server or extension function answered.
+
+    ``raw`` is the reply as received, kept for the audit file.
+    """
+
+    content: str
+    structured: Any = None
+    is_error: bool = False
+    error_code: ErrorCode | None = None
+    raw: Any = None
+
+
+class ExternalToolSource(Protocol):
+    """A source of tools that live outside this process's built-ins."""
+
+    def catalog(self, scene: Scene) -> Sequence[ToolDescriptor]:
+        """The tools this source offers for ``scene`` right now."""
+        ...
+
+    def availability(self, tool_id: ToolId) -> str | None:
+        """``None`` when ``tool_id`` may be called now, else why not (for the model)."""
+        ...
+
+    async def invoke(
+        self, tool_id: ToolId, arguments: dict[str, Any], context: CallContext
+    ) -> ExternalReceipt:
+        """Run the tool; raise only for storage or transport failures that end the run."""
+        ...
+
+
+class McpCatalog(ExternalToolSource, Protocol):
+    """Discovered MCP tools whose server is active and permission is allow or ask."""
+
+
+class ExtensionTools(ExternalToolSource, Protocol):
+    """Functions registered by extensions, looked up by ToolId at call time (R7.2)."""
+
+
+Handler = Callable[[dict[str, Any], CallContext], Awaitable[ExternalReceipt]]
+
+
+@dataclass
+class InMemoryToolSource:
+    """A plain in-process :class:`ExternalToolSource`: register descriptors and handlers.
+
+    Used by tests and by embedders who want a few Python-side tools before the
+    extension registry exists.
+    """
+
+    tools: dict[ToolId, tuple[ToolDescriptor, Handler]] = field(default_factory=dict)
+    disabled: set[ToolId] = field(default_factory=set)
+
+    def add(self, descriptor: ToolDescriptor, handler: Handler) -> None:
+        self.tools[descriptor.tool_id] = (descriptor, handler)
+
+    def remove(self, tool_id: ToolId) -> None:
+        self.tools.pop(tool_id, None)
+
+    def catalog(self, scene: Scene) -> Sequence[ToolDescriptor]:
+        return [d for t, (d, _) in self.tools.items() if t not in self.disabled and d.serves(scene)]
+
+    def availability(self, tool_id: ToolId) -> str | None:
+        if tool_id not in self.tools:
+            return "it is no longer registered"
+        if tool_id in self.disabled:
+            return "it has been disabled"
+        return None
+
+    async def invoke(
+        self, tool_id: ToolId, arguments: dict[str, Any], context: CallContext
+    ) -> ExternalReceipt:
+        _, handler = self.tools[tool_id]
+        return await handler(arguments, context)
+
+
+class ProfileValidationError(ValueError):
+    """A profile change the catalog refuses; ``problems`` lists each reason."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTools:
+    """Descriptors for a snapshot, in display order, with what was skipped and why."""
+
+    descriptors: tuple[ToolDescriptor, ...]
+    diagnostics: tuple[str, ...]
+
+
+class ToolCatalog:
+    """Every tool that exists, from all three sources."""
+
+    def __init__(
+        self,
+        builtins: BuiltinRegistry,
+        mcp: McpCatalog | None = None,
+        extensions: ExtensionTools | None = None,
+    ) -> None:
+        self.builtins = builtins
+        self.mcp = mcp
+        self.extensions = extensions
+
+    def source_for(self, kind: ToolKind) -> ExternalToolSource | None:
+        if kind is ToolKind.MCP:
+            return self.mcp
+        if kind is ToolKind.EXTENSION:
+            return self.extensions
+        return None
+
+    def descriptors(self, scene: Scene) -> list[ToolDescriptor]:
+        """All tools available for ``scene``: built-ins first, then MCP, then extensions."""
+        found = list(self.builtins.descriptors(scene))
+        for source in (self.mcp, self.extensions):
+            if source is not None:
+                found.extend(source.catalog(scene))
+        return found
+
+    def index(self, scene: Scene) -> dict[ToolId, ToolDescriptor]:
+        return {d.tool_id: d for d in self.descriptors(scene)}
+
+    def validate_profile(self, profile: Profile, previous: Profile | None = None) -> None:
+        """Refuse a profile that newly enables a tool the catalog does not have.
+
+        Tools enabled already in ``previous`` are let through even if missing
+        now (they are skipped at run time). Description overrides must name a
+        known tool and only its parameters.
+        """
+        known = {d.tool_id: d for scene in Scene for d in self.descriptors(scene)}
+        before = {str(t) for t in previous.tools.enabled()} if previous else set()
+        problems: list[str] = []
+        for tool_id in profile.tools.enabled():
+            if str(tool_id) not in before and tool_id not in known:
+                problems.append(f"tools.allow: {tool_id} is not a registered tool")
+        for key, override in profile.tool_descriptions.items():
+            descriptor = known.get(ToolId.parse(key))
+            if descriptor is None:
+                if key not in before:
+                    problems.append(f"toolDescriptions: {key} is not a registered tool")
+                continue
+            unknown = sorted(set(override.properties) - descriptor.property_names)
+            if unknown:
+                has = ", ".join(sorted(descriptor.property_names)) or "no parameters"
+                problems.append(
+                    f"toolDescriptions.{key}.properties: {', '.join(unknown)} "
+                    f"not a parameter of {key} (has: {has})"
+                )
+        if problems:
+            raise ProfileValidationError(problems)
+
+    def prepare(self, profile: Profile, scene: Scene) -> PreparedTools:
+        """The profile's tools for ``scene`` in allow order, overrides applied (R1.4).
+
+        Missing, disabled or out-of-scene tools are skipped with a diagnostic.
+        """
+        available = self.index(scene)
+        chosen: list[ToolDescriptor] = []
+        notes: list[str] = []
+        for tool_id in profile.tools.enabled():
+            descriptor = available.get(tool_id)
+            if descriptor is None:
+                why = self._why_missing(tool_id, scene)
+                notes.append(f"{tool_id} skipped: {why}")
+                continue
+            override = profile.tool_descriptions.get(str(tool_id))
+            if override is not None:
+                descriptor, override_notes = _apply_override(
+                    descriptor, override.description, override.properties
+                )
+                notes.extend(override_notes)
+            chosen.append(descriptor)
+        return PreparedTools(tuple(chosen), tuple(notes))
+
+    def _why_missing(self, tool_id: ToolId, scene: Scene) -> str:
+        for other in Scene:
+            if other is not scene and tool_id in self.index(other):
+                return f"not offered in {scene} runs"
+        return "not registered or not enabled"
+
+
+def _apply_override(
+    descriptor: ToolDescriptor, description: str | None, properties: Mapping[str, str]
+) -> tuple[ToolDescriptor, list[str]]:
+    notes: list[str] = []
+    params: Mapping[str, Any] = descriptor.parameters
+    if properties:
+        props = dict(params.get("properties") or {})
+        for name, text in properties.items():
+            if name not in props:
+                notes.append(f"{descriptor.tool_id}: override for unknown parameter {name} ignored")
+                continue
+            props[name] = {**props[name], "description": text}
+        params = {**params, "properties": props}
+    return replace(
+        descriptor, description=description or descriptor.description, parameters=params
+    ), notes
+
+
+def tool_ids(descriptors: Iterable[ToolDescriptor]) -> list[ToolId]:
+    return [d.tool_id for d in descriptors]

@@ -1,0 +1,135 @@
+"""The shared long-result step (R5.3) for MCP, extension and shell output.
+
+Above the snapshot's inline limit the full readable text goes to a read-only
+file ``tool-results/<invocation>/round-NNN-call_<hex>.txt``, the raw reply to
+an audit ``.json`` beside it, and the model gets the head, the size, the
+limit, a plain note that the rest has not been read, the path, and how to read
+or search the file with the tools *this* snapshot has, by their model names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from tavern_agent.core.ids import ToolId
+from tavern_agent.core.results import ToolOutcome
+from tavern_agent.fsutil import AlreadyWritten, write_once
+from tavern_agent.tools.context import CallContext
+
+PREVIEW_CHARS = 3_000
+WRAP_CHARS = 3_000
+RESULTS_ROOT = "tool-results"
+
+READ_FILE = ToolId.builtin("workspace.read_file")
+SEARCH_FILES = ToolId.builtin("workspace.search_files")
+SHELL = ToolId.builtin("workspace.shell")
+
+
+class ResultFiles(Protocol):
+    """Where spilled results are written: a workspace-relative, write-once store."""
+
+    def write_once(self, logical_path: str, data: bytes) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DirectoryResultFiles:
+    """:class:`ResultFiles` over a plain directory (the workspace root)."""
+
+    root: Path
+
+    def write_once(self, logical_path: str, data: bytes) -> None:
+        write_once(self.root / logical_path, data)
+
+
+def call_hex(call_id: str) -> str:
+    """The first 8 bytes of SHA-256(call id), as used in audit file names."""
+    return hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def result_stem(ctx: CallContext) -> str:
+    return f"{RESULTS_ROOT}/{ctx.invocation_id}/round-{ctx.round:03d}-call_{call_hex(ctx.call_id)}"
+
+
+def wrap_long_lines(text: str, width: int = WRAP_CHARS) -> str:
+    """Break lines longer than ``width`` so line-based reads can page through them."""
+    if all(len(line) <= width for line in text.split("\n")):
+        return text
+    out: list[str] = []
+    for line in text.split("\n"):
+        out.extend(line[i : i + width] for i in range(0, max(len(line), 1), width))
+    return "\n".join(out)
+
+
+@dataclass
+class LongResultStep:
+    """One per invocation: spills results above the limit, at most once per text."""
+
+    files: ResultFiles | None
+    _spilled: dict[str, str] = field(default_factory=dict)  # sha256 of text → path
+
+    def apply(self, outcome: ToolOutcome, ctx: CallContext, raw: Any = None) -> ToolOutcome:
+        limit = ctx.snapshot.inline_char_limit
+        text = outcome.content
+        if len(text) <= limit or self.files is None:
+            return outcome
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        readable = wrap_long_lines(text)
+        path = self._spilled.get(digest)
+        audit_path = None
+        if path is None:
+            stem = result_stem(ctx)
+            path, audit_path = f"{stem}.txt", f"{stem}.json"
+            audit = {"content": text, "structured": outcome.structured, "raw": raw}
+            try:
+                self.files.write_once(path, readable.encode("utf-8", "surrogatepass"))
+                self.files.write_once(
+                    audit_path, json.dumps(audit, ensure_ascii=False, default=repr).encode()
+                )
+            except AlreadyWritten:
+                pass  # a resumed call wrote the same files already
+            self._spilled[digest] = path
+        structured = {
+            "externalized": True,
+            "path": path,
+            "auditPath": audit_path,
+            "charCount": len(text),
+            "charLimit": limit,
+        }
+        content = spill_notice(readable, len(text), limit, path, ctx)
+        return replace(outcome, content=content, structured=structured, resource_refs=(path,))
+
+
+def spill_notice(readable: str, total_chars: int, limit: int, path: str, ctx: CallContext) -> str:
+    head = readable[:PREVIEW_CHARS]
+    lines = readable.count("\n") + 1
+    next_line = head.count("\n") + 1  # the first line not shown in full
+    header = (
+        f"[Long result: {total_chars:,} characters in {lines:,} lines, over the inline limit of "
+        f"{limit:,}. Below are the first {len(head):,} characters; the rest has not been read. "
+        f"Full text: {path}]"
+    )
+    return f"{header}\n{how_to_read(path, next_line, ctx)}\n---\n{head}"
+
+
+def how_to_read(path: str, next_line: int, ctx: CallContext) -> str:
+    """Reading hints naming only tools this snapshot has."""
+    snap = ctx.snapshot
+    hints: list[str] = []
+    read = snap.name_of(READ_FILE)
+    if read:
+        args = json.dumps({"file_path": path, "offset": next_line, "limit": 200})
+        hints.append(f"read on with {read} {args}")
+    search = snap.name_of(SEARCH_FILES)
+    if search:
+        args = json.dumps({"pattern": "<regex>", "path": path})
+        hints.append(f"search it with {search} {args}")
+    shell = snap.name_of(SHELL)
+    if shell:
+        hints.append(f"or page it with {shell}: sed -n '{next_line},{next_line + 199}p' /{path}")
+    if not hints:
+        return "No tool here can read files; work from this preview."
+    return "To continue: " + "; ".join(hints) + "."

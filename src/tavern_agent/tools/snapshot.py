@@ -1,0 +1,214 @@
+"""Tool snapshots: the frozen tool set of one Invocation (R1.2–R1.5).
+
+A snapshot is built once from catalog × scene × profile for one protocol,
+written once as JSON, and loaded back unchanged for an output revision or a
+continued run. It holds the bindings (descriptor, model name, budget), the
+name map in both directions, and the invocation's call budget.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tavern_agent.core.descriptors import Scene, ToolDescriptor
+from tavern_agent.core.ids import ToolId
+from tavern_agent.core.naming import ModelProtocol, assign_model_names
+from tavern_agent.core.profile import Profile
+from tavern_agent.core.schema_adapt import adapt_parameters
+from tavern_agent.fsutil import write_once
+from tavern_agent.tools.catalog import ToolCatalog
+
+SNAPSHOT_SCHEMA_VERSION = 1
+
+
+class SnapshotError(ValueError):
+    """A snapshot file that cannot be loaded; the run cannot resume from it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolBinding:
+    """One tool as this invocation offers it to the model."""
+
+    descriptor: ToolDescriptor
+    model_name: str
+    max_calls: int | None = None
+    wire_parameters: Mapping[str, Any] | None = None  # set only when adapted for the protocol
+
+    @property
+    def tool_id(self) -> ToolId:
+        return self.descriptor.tool_id
+
+    @property
+    def parameters(self) -> Mapping[str, Any]:
+        """The canonical schema the gate checks arguments against."""
+        return self.descriptor.parameters
+
+    @property
+    def protocol_parameters(self) -> Mapping[str, Any]:
+        """The schema to send to the model for this snapshot's protocol."""
+        return self.wire_parameters if self.wire_parameters is not None else self.parameters
+
+
+@dataclass(frozen=True)
+class ToolSnapshot:
+    """The frozen tool set of one Invocation."""
+
+    id: str
+    protocol: ModelProtocol
+    scene: Scene
+    profile_id: str
+    bindings: tuple[ToolBinding, ...]
+    max_calls_per_invocation: int
+    inline_char_limit: int
+    diagnostics: tuple[str, ...] = ()
+    schema_version: int = SNAPSHOT_SCHEMA_VERSION
+    _by_name: dict[str, ToolBinding] = field(init=False, repr=False, compare=False)
+    _by_tool: dict[ToolId, ToolBinding] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_name = {b.model_name: b for b in self.bindings}
+        by_tool = {b.tool_id: b for b in self.bindings}
+        if len(by_name) != len(self.bindings) or len(by_tool) != len(self.bindings):
+            raise SnapshotError(f"snapshot {self.id}: tool ids and model names must be unique")
+        object.__setattr__(self, "_by_name", by_name)
+        object.__setattr__(self, "_by_tool", by_tool)
+
+    def by_name(self, name: str) -> ToolBinding | None:
+        return self._by_name.get(name)
+
+    def by_tool_id(self, tool_id: ToolId) -> ToolBinding | None:
+        return self._by_tool.get(tool_id)
+
+    def name_of(self, tool_id: ToolId | str) -> str | None:
+        """This snapshot's model name for a tool, if it has the tool."""
+        key = ToolId.parse(tool_id) if isinstance(tool_id, str) else tool_id
+        binding = self._by_tool.get(key)
+        return None if binding is None else binding.model_name
+
+    @property
+    def model_names(self) -> list[str]:
+        return [b.model_name for b in self.bindings]
+
+    # ------------------------------------------------------------ JSON
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schemaVersion": self.schema_version,
+            "id": self.id,
+            "protocol": self.protocol.value,
+            "scene": self.scene.value,
+            "profileId": self.profile_id,
+            "maxCallsPerInvocation": self.max_calls_per_invocation,
+            "inlineCharLimit": self.inline_char_limit,
+            "diagnostics": list(self.diagnostics),
+            "bindings": [_binding_json(b) for b in self.bindings],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ToolSnapshot:
+        try:
+            version = data["schemaVersion"]
+            if version != SNAPSHOT_SCHEMA_VERSION:
+                raise SnapshotError(f"unsupported snapshot schemaVersion {version}")
+            return cls(
+                id=data["id"],
+                protocol=ModelProtocol(data["protocol"]),
+                scene=Scene(data["scene"]),
+                profile_id=data["profileId"],
+                bindings=tuple(_binding_from_json(b) for b in data["bindings"]),
+                max_calls_per_invocation=int(data["maxCallsPerInvocation"]),
+                inline_char_limit=int(data["inlineCharLimit"]),
+                diagnostics=tuple(data.get("diagnostics", ())),
+            )
+        except SnapshotError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SnapshotError(f"malformed snapshot: {exc!r}") from exc
+
+    def save(self, path: Path) -> None:
+        """Write the snapshot once; a second write to the same path is refused."""
+        text = json.dumps(self.to_json(), ensure_ascii=False, indent=1)
+        write_once(path, text.encode("utf-8"))
+
+    @classmethod
+    def load(cls, path: Path) -> ToolSnapshot:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SnapshotError(f"{path}: cannot read snapshot: {exc}") from exc
+        return cls.from_json(data)
+
+
+def _binding_json(binding: ToolBinding) -> dict[str, Any]:
+    d = binding.descriptor
+    out: dict[str, Any] = {
+        "toolId": str(d.tool_id),
+        "modelName": binding.model_name,
+        "description": d.description,
+        "parameters": d.parameters,
+        "scenes": sorted(s.value for s in d.scenes),
+        "label": d.label,
+        "nameHint": d.name_hint,
+        "maxCalls": binding.max_calls,
+    }
+    if binding.wire_parameters is not None:
+        out["wireParameters"] = binding.wire_parameters
+    return out
+
+
+def _binding_from_json(data: Mapping[str, Any]) -> ToolBinding:
+    descriptor = ToolDescriptor(
+        tool_id=ToolId.parse(data["toolId"]),
+        description=data["description"],
+        parameters=data["parameters"],
+        scenes=frozenset(Scene(s) for s in data["scenes"]),
+        label=data.get("label", ""),
+        name_hint=data.get("nameHint"),
+    )
+    return ToolBinding(
+        descriptor, data["modelName"], data.get("maxCalls"), data.get("wireParameters")
+    )
+
+
+def bind(
+    descriptors: tuple[ToolDescriptor, ...], profile: Profile, protocol: ModelProtocol
+) -> tuple[ToolBinding, ...]:
+    """Bindings in display order, with names settled in ToolId order."""
+    names = assign_model_names(descriptors, protocol)
+    bindings = []
+    for d in descriptors:
+        wire = adapt_parameters(d.parameters, protocol)
+        bindings.append(
+            ToolBinding(
+                d,
+                names[d.tool_id],
+                profile.tool_budget(d.tool_id),
+                None if wire is d.parameters else wire,
+            )
+        )
+    return tuple(bindings)
+
+
+def build_snapshot(
+    catalog: ToolCatalog,
+    profile: Profile,
+    scene: Scene,
+    protocol: ModelProtocol,
+    snapshot_id: str,
+) -> ToolSnapshot:
+    """Freeze the tool set of a new Invocation (R1.4)."""
+    prepared = catalog.prepare(profile, scene)
+    return ToolSnapshot(
+        id=snapshot_id,
+        protocol=protocol,
+        scene=scene,
+        profile_id=profile.id,
+        bindings=bind(prepared.descriptors, profile, protocol),
+        max_calls_per_invocation=profile.limits.max_calls_per_invocation,
+        inline_char_limit=profile.limits.external_result_inline_char_limit,
+        diagnostics=prepared.diagnostics,
+    )
