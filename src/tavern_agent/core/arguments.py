@@ -68,8 +68,10 @@ def _decode(text: str) -> tuple[Any, str | None]:
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno}, column {exc.colno}, char {exc.pos}"
         return None, f"not valid JSON: {exc.msg} ({where})"
-    except (ValueError, RecursionError) as exc:
-        return None, f"not valid JSON: {exc}" if isinstance(exc, ValueError) else "nested too deep"
+    except ValueError as exc:
+        return None, f"not valid JSON: {exc}"
+    except RecursionError:
+        return None, "not valid JSON: nested too deep"
 
 
 def _kind(value: Any) -> str:

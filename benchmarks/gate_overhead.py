@@ -1,0 +1,531 @@
+"""Tool-layer overhead: our gate beside PydanticAI and the OpenAI Agents SDK, and snapshot builds.
+
+Part 1 times one ``dice.roll`` call with the raw arguments text ``{"formula":"3d6+4"}``
+through three tool layers, each doing parse + check + dispatch + result:
+
+* tavern_agent: ``ToolRequestGate.handle(ToolCall)`` → ``AgentToolResult``;
+* PydanticAI: ``ToolManager.handle_call(ToolCallPart)`` over a ``FunctionToolset``,
+  then the ``ToolReturnPart`` the agent graph records;
+* OpenAI Agents SDK: ``FunctionTool.on_invoke_tool(ToolContext, json_args)`` from
+  ``agents.function_tool``, then ``ItemHelpers.tool_call_output_item``.
+
+All three run the same dice code (``parse_formula``, ``rng.randint``, ``describe_roll``
+from ``tavern_agent.tools.builtin.dice``) with a ``random.Random`` seeded alike, as
+``async`` functions in one event loop, so only the tool layer differs. The call objects
+(what a provider adapter would hand over) are built outside the timed region.
+
+Part 2 times ``build_snapshot`` for a catalog of 1,000 MCP tools for each model protocol.
+
+Run: ``python benchmarks/gate_overhead.py [--quick]``. It prints numbers and goals and
+never fails on timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+from agents import RunContextWrapper, function_tool
+from agents.items import ItemHelpers
+from agents.tool_context import ToolContext
+from openai.types.responses import ResponseFunctionToolCall
+from pydantic_ai import RunContext
+from pydantic_ai.messages import ToolCallPart, ToolReturnPart
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.tool_manager import ToolManager
+from pydantic_ai.toolsets import FunctionToolset
+from pydantic_ai.usage import RunUsage
+
+from tavern_agent.core.calls import ToolCall
+from tavern_agent.core.descriptors import Scene, ToolDescriptor
+from tavern_agent.core.ids import ToolId
+from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.core.profile import Limits, Profile
+from tavern_agent.tools.builtin import builtin_registry
+from tavern_agent.tools.builtin.dice import describe_roll, parse_formula
+from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource, ToolCatalog
+from tavern_agent.tools.context import CallContext
+from tavern_agent.tools.dispatch import Dispatcher
+from tavern_agent.tools.gate import ToolRequestGate
+from tavern_agent.tools.snapshot import ToolSnapshot, build_snapshot
+
+RAW_ARGS = '{"formula":"3d6+4"}'
+TOOL_NAME = "dice_roll"
+SEED = 1234
+GATE_GOAL_US = 20.0
+SNAPSHOT_GOAL_MS = 20.0
+EXTERNAL_TOOLS = 1_000
+
+# ---------------------------------------------------------------- the shared dice logic
+
+
+def roll_text(formula_text: str, rng: random.Random) -> str:
+    """The body of ``dice.roll`` (tools/builtin/dice.py) for the other two frameworks.
+
+    It builds the same structured record as the built-in and returns the text the
+    model reads, which is what the other frameworks put in their tool result.
+    """
+    formula = parse_formula(formula_text)
+    rolls = [rng.randint(1, formula.sides) for _ in range(formula.count)]
+    total = sum(rolls) + formula.modifier
+    structured = {
+        "formula": str(formula),
+        "rolls": rolls,
+        "modifier": formula.modifier,
+        "total": total,
+        "min": formula.count + formula.modifier,
+        "max": formula.count * formula.sides + formula.modifier,
+    }
+    del structured  # kept only so the work matches the built-in
+    return describe_roll(formula, rolls)
+
+
+# ---------------------------------------------------------------- contenders
+
+
+@dataclass
+class Contender:
+    """One tool layer: builds call objects untimed and runs one call (timed)."""
+
+    name: str
+    make_calls: Callable[[int, int], list[Any]]
+    run: Callable[[Any], Awaitable[Any]]
+    content_of: Callable[[Any], str]
+    new_round: Callable[[], None] = lambda: None
+    samples: list[int] = field(default_factory=list)
+
+
+def _call_ids(start: int, n: int) -> list[str]:
+    return [f"call_{i:08x}" for i in range(start, start + n)]
+
+
+def tavern_contender() -> Contender:
+    """``ToolRequestGate`` over a snapshot of the built-in catalog (as cli.py builds it)."""
+    catalog = ToolCatalog(builtin_registry())
+    ids = [d.tool_id for d in catalog.descriptors(Scene.CHAT)]
+    # A high call budget so thousands of calls never hit the 80-call default.
+    profile = Profile.allowing(ids).model_copy(
+        update={"limits": Limits(max_calls_per_invocation=100_000)}
+    )
+    snapshot = build_snapshot(catalog, profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv_bench")
+    dispatcher = Dispatcher(catalog)
+    rng = random.Random(SEED)
+    state: dict[str, ToolRequestGate] = {}
+
+    def new_round() -> None:
+        # One gate per "invocation"; a round stays far below its call budget.
+        state["gate"] = ToolRequestGate(snapshot, dispatcher, run_id="bench", rng=rng)
+
+    new_round()
+
+    def make_calls(start: int, n: int) -> list[Any]:
+        return [ToolCall(cid, TOOL_NAME, RAW_ARGS) for cid in _call_ids(start, n)]
+
+    async def run(call: Any) -> Any:
+        return await state["gate"].handle(call, round=1)
+
+    def content_of(executed: Any) -> str:
+        result = executed.result
+        if result.is_error:
+            raise RuntimeError(f"gate refused the call: {result.content}")
+        return str(result.content)
+
+    return Contender("tavern_agent ToolRequestGate", make_calls, run, content_of, new_round)
+
+
+async def pydantic_ai_contender() -> Contender:
+    """PydanticAI ``ToolManager.handle_call`` over a ``FunctionToolset``, then a ToolReturnPart."""
+
+    async def dice_roll(ctx: RunContext[random.Random], formula: str) -> str:
+        """Roll dice for chance outcomes in the story; returns each die and the total.
+
+        Args:
+            formula: Dice to roll: d20, 3d6+4, 2d8-1, or N for 1dN.
+        """
+        return roll_text(formula, ctx.deps)
+
+    toolset = FunctionToolset[random.Random]([dice_roll])
+    run_ctx = RunContext[random.Random](
+        deps=random.Random(SEED), model=TestModel(), usage=RunUsage()
+    )
+    # No root capability: the cheapest ToolManager an agent run can have.
+    manager = await ToolManager[random.Random](toolset).for_run_step(run_ctx)
+
+    def make_calls(start: int, n: int) -> list[Any]:
+        return [
+            ToolCallPart(tool_name=TOOL_NAME, args=RAW_ARGS, tool_call_id=cid)
+            for cid in _call_ids(start, n)
+        ]
+
+    async def run(call: Any) -> Any:
+        output = await manager.handle_call(call)
+        return ToolReturnPart(
+            tool_name=call.tool_name, content=output, tool_call_id=call.tool_call_id
+        )
+
+    return Contender(
+        "pydantic-ai ToolManager", make_calls, run, lambda part: str(part.model_response_str())
+    )
+
+
+def openai_agents_contender() -> Contender:
+    """OpenAI Agents SDK ``FunctionTool.on_invoke_tool``, then the function_call_output item."""
+
+    async def dice_roll(ctx: RunContextWrapper[random.Random], formula: str) -> str:
+        """Roll dice for chance outcomes in the story; returns each die and the total.
+
+        Args:
+            formula: Dice to roll: d20, 3d6+4, 2d8-1, or N for 1dN.
+        """
+        return roll_text(formula, ctx.context)
+
+    tool = function_tool(dice_roll)
+    rng = random.Random(SEED)
+
+    def make_calls(start: int, n: int) -> list[Any]:
+        return [
+            ResponseFunctionToolCall(
+                arguments=RAW_ARGS, call_id=cid, name=TOOL_NAME, type="function_call"
+            )
+            for cid in _call_ids(start, n)
+        ]
+
+    async def run(call: Any) -> Any:
+        # The runner builds one ToolContext per call, as here.
+        ctx = ToolContext(
+            context=rng,
+            tool_name=call.name,
+            tool_call_id=call.call_id,
+            tool_arguments=call.arguments,
+            tool_call=call,
+        )
+        output = await tool.on_invoke_tool(ctx, call.arguments)
+        return ItemHelpers.tool_call_output_item(call, output)
+
+    return Contender(
+        "openai-agents FunctionTool", make_calls, run, lambda item: str(item["output"])
+    )
+
+
+# ---------------------------------------------------------------- timing
+
+
+async def check_same_output(contenders: Sequence[Contender]) -> str:
+    """Run one call through each layer and confirm they all produced the same text."""
+    texts = []
+    for c in contenders:
+        (call,) = c.make_calls(0, 1)
+        texts.append(c.content_of(await c.run(call)))
+    if len(set(texts)) != 1:
+        raise RuntimeError(f"the contenders disagree: {texts}")
+    return texts[0]
+
+
+async def time_round(contender: Contender, calls: list[Any], record: bool) -> None:
+    """Time each call of one round on its own with ``perf_counter_ns``."""
+    contender.new_round()
+    clock = time.perf_counter_ns
+    run = contender.run
+    out = contender.samples
+    for call in calls:
+        t0 = clock()
+        await run(call)
+        t1 = clock()
+        if record:
+            out.append(t1 - t0)
+
+
+async def measure_calls(
+    contenders: Sequence[Contender], iterations: int, warmup: int, round_size: int
+) -> None:
+    """Warm up, then interleave rounds of ``round_size`` calls, rotating the order each round."""
+    next_id = 1
+    for c in contenders:
+        await time_round(c, c.make_calls(next_id, warmup), record=False)
+        next_id += warmup
+    rounds = max(iterations // round_size, 1)
+    for r in range(rounds):
+        order = [contenders[(r + k) % len(contenders)] for k in range(len(contenders))]
+        for c in order:
+            calls = c.make_calls(next_id, round_size)
+            gc.collect()
+            await time_round(c, calls, record=True)
+        next_id += round_size
+
+
+def timer_overhead_ns(samples: int = 20_000) -> int:
+    """Median cost of two back-to-back ``perf_counter_ns`` reads (included in every sample)."""
+    clock = time.perf_counter_ns
+    gaps = []
+    for _ in range(samples):
+        t0 = clock()
+        t1 = clock()
+        gaps.append(t1 - t0)
+    return int(statistics.median(gaps))
+
+
+def percentile(sorted_values: Sequence[int], q: float) -> float:
+    """Nearest-rank percentile of already sorted values."""
+    index = min(len(sorted_values) - 1, max(0, round(q * len(sorted_values) + 0.5) - 1))
+    return float(sorted_values[index])
+
+
+# ---------------------------------------------------------------- snapshots
+
+_VERBS = ("list", "get", "create", "update", "delete", "search", "sync", "export")
+_NOUNS = ("issues", "files", "events", "notes", "users", "pages", "tasks", "records")
+_LABELS = ("GitHub (work)", "Notion", "Café Calendar", "", "linear.app", "")
+
+
+def _schema(k: int) -> dict[str, Any]:
+    """A small, realistic parameter schema; ``k`` picks one of six shapes."""
+    shape = k % 6
+    if shape == 0:
+        return {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "Text to look for."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+            },
+            "required": ["query"],
+        }
+    if shape == 1:
+        return {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "description": "Record id."},
+                "cursor": {"type": ["string", "null"], "description": "Page cursor."},
+            },
+            "required": ["id"],
+            "additionalProperties": False,
+        }
+    if shape == 2:
+        return {
+            "type": "object",
+            "properties": {
+                "title": {"type": "string", "maxLength": 200},
+                "body": {"type": "string"},
+                "labels": {"type": "array", "items": {"type": "string"}, "maxItems": 10},
+                "version": {"const": "v2"},
+            },
+            "required": ["title"],
+            "additionalProperties": False,
+        }
+    if shape == 3:
+        return {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "File path in the repository."},
+                "ref": {"type": ["string", "null"]},
+                "depth": {"type": "integer", "enum": [1, 2, 3]},
+            },
+            "required": ["path"],
+        }
+    if shape == 4:
+        return {
+            "type": "object",
+            "properties": {
+                "filter": {
+                    "type": "object",
+                    "properties": {
+                        "status": {"type": "string", "enum": ["open", "closed", "all"]},
+                        "since": {"type": "string", "format": "date-time"},
+                    },
+                    "additionalProperties": False,
+                },
+                "page": {"type": "integer", "minimum": 1},
+            },
+        }
+    return {
+        "type": "object",
+        "properties": {
+            "value": {"oneOf": [{"type": "string"}, {"type": "number"}]},
+            "dry_run": {"type": "boolean", "default": False},
+        },
+        "required": ["value"],
+        "additionalProperties": {"type": "string"},
+    }
+
+
+def external_descriptors(count: int, servers: int = 25) -> list[ToolDescriptor]:
+    """``count`` MCP tool descriptors spread over ``servers`` servers, each with its own schema."""
+    out = []
+    for i in range(count):
+        server = i % servers
+        noun = _NOUNS[(i // servers) % len(_NOUNS)]
+        verb = _VERBS[(i // (servers * len(_NOUNS))) % len(_VERBS)]
+        tool_id = ToolId.parse(f"mcp/srv-{server}:{noun}.{verb}-{i}")
+        out.append(
+            ToolDescriptor(
+                tool_id,
+                f"{verb.capitalize()} {noun} on server {server}; returns JSON with the result.",
+                _schema(i),
+                label=_LABELS[server % len(_LABELS)],
+            )
+        )
+    return out
+
+
+async def _noop_handler(args: dict[str, Any], ctx: CallContext) -> ExternalReceipt:
+    return ExternalReceipt("ok")
+
+
+def measure_snapshots(reps: int) -> tuple[int, dict[ModelProtocol, list[float]]]:
+    """Build the 1,000-tool snapshot ``reps`` times per protocol (after one warm build)."""
+    source = InMemoryToolSource()
+    for d in external_descriptors(EXTERNAL_TOOLS):
+        source.add(d, _noop_handler)
+    catalog = ToolCatalog(builtin_registry(), mcp=source)
+    profile = Profile.allowing([d.tool_id for d in catalog.descriptors(Scene.CHAT)], "bench")
+    timings: dict[ModelProtocol, list[float]] = {p: [] for p in ModelProtocol}
+    tool_count = 0
+    for protocol in ModelProtocol:
+        snap: ToolSnapshot = build_snapshot(catalog, profile, Scene.CHAT, protocol, "warm")
+        tool_count = len(snap.bindings)
+    for rep in range(reps):
+        for protocol in ModelProtocol:
+            gc.collect()
+            t0 = time.perf_counter_ns()
+            build_snapshot(catalog, profile, Scene.CHAT, protocol, f"inv_{rep}")
+            timings[protocol].append((time.perf_counter_ns() - t0) / 1e6)
+    return tool_count, timings
+
+
+# ---------------------------------------------------------------- report
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def machine_info() -> list[str]:
+    """CPU, cores, Python and package versions."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return [
+        f"CPU: {cpu}",
+        f"cores: {os.cpu_count()} (usable by this process: {usable})",
+        f"Python: {sys.version.split()[0]} ({platform.python_implementation()}, {platform.system()})",
+        "packages: "
+        + ", ".join(
+            f"{d} {_version(d)}"
+            for d in ("tavern-agent", "pydantic", "pydantic-ai-slim", "openai-agents")
+        ),
+    ]
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def print_call_table(contenders: Sequence[Contender], overhead_ns: int) -> dict[str, float]:
+    """Print median/p99/mean per contender; return the medians in µs."""
+    medians: dict[str, float] = {}
+    print(f"{'tool layer':<30} {'median µs':>10} {'p99 µs':>10} {'mean µs':>10} {'calls':>8}")
+    for c in contenders:
+        values = sorted(c.samples)
+        med = statistics.median(values) / 1000
+        p99 = percentile(values, 0.99) / 1000
+        mean = statistics.fmean(values) / 1000
+        medians[c.name] = med
+        print(f"{c.name:<30} {med:>10.1f} {p99:>10.1f} {mean:>10.1f} {len(values):>8,}")
+    print(f"(each sample includes ~{overhead_ns} ns of perf_counter_ns overhead)")
+    return medians
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    """Run both parts and print the report."""
+    iterations, warmup, reps = (
+        (2_000, 300, 5) if args.quick else (args.iterations, args.warmup, args.snapshot_reps)
+    )
+    round_size = min(args.round_size, iterations)
+    print("tavern_agent tool-layer benchmark" + (" (--quick)" if args.quick else ""))
+    for line in machine_info():
+        print("  " + line)
+    print()
+
+    contenders = [tavern_contender(), await pydantic_ai_contender(), openai_agents_contender()]
+    sample = await check_same_output(contenders)
+    print(f"1. One dice.roll call, raw arguments {RAW_ARGS}: parse + check + dispatch + result")
+    print(f"   all three layers return the same text for the same seed, e.g. {sample!r}")
+    rounds = max(iterations // round_size, 1)
+    print(
+        f"   {rounds * round_size:,} timed calls per layer in {rounds} interleaved rounds of "
+        f"{round_size}, after {warmup:,} warm-up calls each; one asyncio loop"
+    )
+    print()
+    await measure_calls(contenders, iterations, warmup, round_size)
+    medians = print_call_table(contenders, timer_overhead_ns())
+    ours = medians[contenders[0].name]
+    others = [medians[c.name] for c in contenders[1:]]
+    print(
+        f"goal: gate ≤ {GATE_GOAL_US:.0f} µs median: {_verdict(ours <= GATE_GOAL_US)} "
+        f"({ours:.1f} µs)"
+    )
+    ratios = ", ".join(f"{m / ours:.1f}× vs {c.name}" for c, m in zip(contenders[1:], others))
+    print(
+        f"goal: gate faster than both: {_verdict(all(ours < m for m in others))} "
+        f"(others take {ratios})"
+    )
+    print()
+
+    tool_count, timings = measure_snapshots(reps)
+    print(
+        f"2. build_snapshot of {EXTERNAL_TOOLS:,} MCP tools ({tool_count:,} bindings with the "
+        f"built-ins), median of {reps} builds after one warm build"
+    )
+    print()
+    print(
+        f"{'protocol':<18} {'median ms':>10} {'min ms':>8} {'max ms':>8}   goal < {SNAPSHOT_GOAL_MS:.0f} ms"
+    )
+    total = 0.0
+    for protocol, values in timings.items():
+        med = statistics.median(values)
+        total += med
+        print(
+            f"{protocol.value:<18} {med:>10.2f} {min(values):>8.2f} {max(values):>8.2f}   "
+            f"{_verdict(med < SNAPSHOT_GOAL_MS)}"
+        )
+    print(f"{'all four':<18} {total:>10.2f}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="few iterations, for a smoke run")
+    parser.add_argument("--iterations", type=int, default=20_000, help="timed calls per layer")
+    parser.add_argument("--warmup", type=int, default=2_000, help="untimed calls per layer")
+    parser.add_argument("--round-size", type=int, default=500, help="calls per interleaved round")
+    parser.add_argument("--snapshot-reps", type=int, default=15, help="timed builds per protocol")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point."""
+    asyncio.run(main_async(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""``python -m tavern_agent`` runs the command line."""
+
+from tavern_agent.cli import main
+
+main()
