@@ -25,8 +25,12 @@ from tavern_agent.tools.dispatch import Dispatcher
 from tavern_agent.tools.gate import ToolRequestGate
 from tavern_agent.tools.results import DirectoryResultFiles
 from tavern_agent.tools.snapshot import ToolSnapshot, build_snapshot
+from tavern_agent.workspace.read_state import load_reads, save_reads
+from tavern_agent.workspace.roots import RootPolicy
+from tavern_agent.workspace.store import Workspace, WorkspaceEscape
 
 PROTOCOLS = [p.value for p in ModelProtocol]
+CLI_READS = "checkpoints/cli-reads.json"  # internal: never visible to tools
 SCENES = [s.value for s in Scene]
 
 
@@ -196,15 +200,28 @@ def call_command(
     """
     snap = _snapshot(ctx, profile_spec, scene, protocol)
     root = workspace or ctx.obj["data_dir"] / "cli-workspace"
+    ws = Workspace(
+        root, RootPolicy.for_scene(Scene(scene)), skills_dir=ctx.obj["data_dir"] / "skills"
+    )
     gate = ToolRequestGate(
         snap,
         Dispatcher(_catalog()),
         result_files=DirectoryResultFiles(root),
         run_id="cli",
         rng=random.Random(seed),
+        workspace=ws,
     )
+    # Successive `call`s on one workspace act like calls of one invocation: what
+    # was read is remembered, so write → read → patch works by hand.
+    reads_file = root / CLI_READS
+    gate.reads.update(load_reads(reads_file))
     call = ToolCall(f"call_{secrets.token_hex(8)}", name, MISSING if raw_args is None else raw_args)
-    executed = asyncio.run(gate.handle(call, round=1))
+    try:
+        executed = asyncio.run(gate.handle(call, round=1))
+    except WorkspaceEscape as exc:
+        click.echo(f"tavern-agent: fatal: {exc}", err=True)
+        sys.exit(1)
+    save_reads(reads_file, gate.reads)
     result = executed.result
     if as_json:
         payload = result.to_json() | {"effect": type(executed.effect).__name__}

@@ -26,6 +26,22 @@ class ErrorCode(StrEnum):
     WORKSPACE_INVALID_PATH = "workspace.invalid_path"
     WORKSPACE_PATH_NOT_VISIBLE = "workspace.path_not_visible"
     WORKSPACE_PATH_NOT_WRITABLE = "workspace.path_not_writable"
+    WORKSPACE_FILE_NOT_FOUND = "workspace.file_not_found"
+    WORKSPACE_PATH_NOT_FOUND = "workspace.path_not_found"
+    WORKSPACE_PATH_IS_DIRECTORY = "workspace.path_is_directory"
+    WORKSPACE_LIST_DEPTH_TOO_LARGE = "workspace.list_depth_too_large"
+    WORKSPACE_INVALID_LINE_RANGE = "workspace.invalid_line_range"
+    WORKSPACE_WRITE_MODE_INVALID = "workspace.write_mode_invalid"
+    WORKSPACE_WRITE_REQUIRES_READ = "workspace.write_requires_read"
+    WORKSPACE_WRITE_STALE_FILE = "workspace.write_stale_file"
+    WORKSPACE_PATCH_EMPTY_OLD_STRING = "workspace.patch_empty_old_string"
+    WORKSPACE_PATCH_NO_CHANGE = "workspace.patch_no_change"
+    WORKSPACE_PATCH_REQUIRES_READ = "workspace.patch_requires_read"
+    WORKSPACE_PATCH_REQUIRES_FULL_READ = "workspace.patch_requires_full_read"
+    WORKSPACE_PATCH_STALE_FILE = "workspace.patch_stale_file"
+    WORKSPACE_PATCH_OLD_STRING_NOT_FOUND = "workspace.patch_old_string_not_found"
+    WORKSPACE_PATCH_OLD_STRING_NOT_UNIQUE = "workspace.patch_old_string_not_unique"
+    WORKSPACE_GREP_PATTERN_INVALID = "workspace.grep_pattern_invalid"
     # mcp and extension sources
     MCP_PERMISSION_DENIED = "mcp.permission_denied"
     MCP_TOOL_ERROR = "mcp.tool_error"
@@ -67,6 +83,30 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
     ErrorCode.WORKSPACE_INVALID_PATH: ErrorInfo(True, "A workspace path is malformed."),
     ErrorCode.WORKSPACE_PATH_NOT_VISIBLE: ErrorInfo(True, "The path is outside the visible roots."),
     ErrorCode.WORKSPACE_PATH_NOT_WRITABLE: ErrorInfo(True, "The path is in a read-only root."),
+    ErrorCode.WORKSPACE_FILE_NOT_FOUND: ErrorInfo(True, "No file at that path."),
+    ErrorCode.WORKSPACE_PATH_NOT_FOUND: ErrorInfo(True, "No file or folder at that path."),
+    ErrorCode.WORKSPACE_PATH_IS_DIRECTORY: ErrorInfo(True, "The path is a folder, not a file."),
+    ErrorCode.WORKSPACE_LIST_DEPTH_TOO_LARGE: ErrorInfo(True, "list depth above the maximum."),
+    ErrorCode.WORKSPACE_INVALID_LINE_RANGE: ErrorInfo(True, "offset/limit outside the file."),
+    ErrorCode.WORKSPACE_WRITE_MODE_INVALID: ErrorInfo(True, "mode is not replace or append."),
+    ErrorCode.WORKSPACE_WRITE_REQUIRES_READ: ErrorInfo(
+        True, "Replacing an existing file needs a read of it first."
+    ),
+    ErrorCode.WORKSPACE_WRITE_STALE_FILE: ErrorInfo(True, "The file changed since it was read."),
+    ErrorCode.WORKSPACE_PATCH_EMPTY_OLD_STRING: ErrorInfo(True, "old_string is empty."),
+    ErrorCode.WORKSPACE_PATCH_NO_CHANGE: ErrorInfo(True, "old_string equals new_string."),
+    ErrorCode.WORKSPACE_PATCH_REQUIRES_READ: ErrorInfo(True, "Patching needs a read first."),
+    ErrorCode.WORKSPACE_PATCH_REQUIRES_FULL_READ: ErrorInfo(
+        True, "This patch needs a full read of the file first."
+    ),
+    ErrorCode.WORKSPACE_PATCH_STALE_FILE: ErrorInfo(True, "The file changed since it was read."),
+    ErrorCode.WORKSPACE_PATCH_OLD_STRING_NOT_FOUND: ErrorInfo(
+        True, "old_string is not in the file."
+    ),
+    ErrorCode.WORKSPACE_PATCH_OLD_STRING_NOT_UNIQUE: ErrorInfo(
+        True, "old_string occurs more than once and replace_all is false."
+    ),
+    ErrorCode.WORKSPACE_GREP_PATTERN_INVALID: ErrorInfo(True, "The regex is not valid RE2."),
     ErrorCode.MCP_PERMISSION_DENIED: ErrorInfo(
         True, "The MCP tool is paused, removed or off; the call was not sent."
     ),

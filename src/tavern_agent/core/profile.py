@@ -94,6 +94,14 @@ class WorkspaceSettings(_Model):
     writable_roots: tuple[str, ...] | None = None
 
 
+class SkillSettings(_Model):
+    visible: tuple[str, ...] = ("*",)
+    deny: tuple[str, ...] = ()
+
+    def allows(self, name: str) -> bool:
+        return name not in self.deny and ("*" in self.visible or name in self.visible)
+
+
 class Profile(_Model):
     """An agent profile. Load with :meth:`load`, create with :meth:`new`."""
 
@@ -105,6 +113,7 @@ class Profile(_Model):
     limits: Limits = Limits()
     tool_descriptions: dict[str, DescriptionOverride] = Field(default_factory=dict)
     workspace: WorkspaceSettings = WorkspaceSettings()
+    skills: SkillSettings = SkillSettings()
 
     @field_validator("tool_descriptions")
     @classmethod

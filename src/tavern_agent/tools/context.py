@@ -11,6 +11,8 @@ from tavern_agent.core.descriptors import Scene
 
 if TYPE_CHECKING:
     from tavern_agent.tools.snapshot import ToolSnapshot
+    from tavern_agent.workspace.read_state import ReadState
+    from tavern_agent.workspace.store import Workspace
 
 
 @dataclass(slots=True)
@@ -19,6 +21,7 @@ class CallContext:
 
     ``rng`` is the invocation's source of randomness; tests seed it.
     ``cancelled`` is set when the run is cancelled; long tools should watch it.
+    ``reads`` is the invocation's read state per logical path.
     """
 
     run_id: str
@@ -29,3 +32,14 @@ class CallContext:
     snapshot: ToolSnapshot
     rng: random.Random = field(default_factory=random.Random)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    workspace: Workspace | None = None
+    reads: dict[str, ReadState] = field(default_factory=dict)
+
+    def model_name(self, tool_id: str, fallback: str) -> str:
+        """This snapshot's name for a tool, for hints in results and errors."""
+        return self.snapshot.name_of(tool_id) or fallback
+
+    def require_workspace(self) -> Workspace:
+        if self.workspace is None:
+            raise RuntimeError("this tool needs a workspace, and the run has none")
+        return self.workspace

@@ -21,7 +21,7 @@ import json
 import random
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tavern_agent.core.arguments import InvalidArguments, parse_arguments
 from tavern_agent.core.calls import ToolCall
@@ -34,6 +34,10 @@ from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.dispatch import Dispatcher
 from tavern_agent.tools.results import LongResultStep, ResultFiles
 from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
+
+if TYPE_CHECKING:
+    from tavern_agent.workspace.read_state import ReadState
+    from tavern_agent.workspace.store import Workspace
 
 FINISHING_TOOLS = frozenset(
     ToolId.builtin(n) for n in ("workspace.finish", "task.return", "agent.handoff")
@@ -52,6 +56,7 @@ class ToolRequestGate:
         result_files: ResultFiles | None = None,
         run_id: str = "",
         rng: random.Random | None = None,
+        workspace: Workspace | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.dispatcher = dispatcher
@@ -61,6 +66,8 @@ class ToolRequestGate:
         self.calls_used = 0
         self.calls_refused = 0
         self.per_tool: Counter[ToolId] = Counter()
+        self.workspace = workspace
+        self.reads: dict[str, ReadState] = {}  # the invocation's read state, by path
 
     # ------------------------------------------------------------ state
 
@@ -135,6 +142,8 @@ class ToolRequestGate:
             snapshot=snap,
             rng=self.rng,
             cancelled=cancelled or asyncio.Event(),
+            workspace=self.workspace,
+            reads=self.reads,
         )
         dispatched = await self.dispatcher.dispatch(binding.tool_id, parsed.values, ctx)
         outcome = dispatched.outcome

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from tavern_agent.tools.builtin import dice
+from tavern_agent.tools.builtin import dice, patch, search, workspace_files
 from tavern_agent.tools.builtin.registry import BuiltinRegistry, BuiltinTool
 
-BUILTIN_TOOLS: tuple[BuiltinTool, ...] = (dice.ROLL,)
+BUILTIN_TOOLS: tuple[BuiltinTool, ...] = (
+    workspace_files.LIST_FILES,
+    workspace_files.READ_FILE,
+    workspace_files.WRITE_FILE,
+    patch.APPLY_PATCH,
+    search.SEARCH_FILES,
+    dice.ROLL,
+)
 
 
 def builtin_registry() -> BuiltinRegistry:

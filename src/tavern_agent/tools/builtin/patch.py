@@ -1,0 +1,118 @@
+"""``workspace.apply_patch``: exact text replacement in one file (tauritavern-context §3).
+
+The ten checks run in the documented order. A failure after a partial read
+sets the file's ``needs_full_read`` flag: the model saw only part of the file
+and must read all of it before the next patch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tavern_agent.core.errors import ErrorCode
+from tavern_agent.core.results import FilePatched, ToolFailure, ToolOutcome
+from tavern_agent.tools.builtin.registry import builtin_tool
+from tavern_agent.tools.builtin.workspace_files import READ_TOOL, load_file
+from tavern_agent.tools.context import CallContext
+from tavern_agent.workspace.read_state import ReadState
+from tavern_agent.workspace.store import Workspace, sha256_hex
+
+
+@builtin_tool(
+    "workspace.apply_patch",
+    description=(
+        "Replace exact text in a file you have read: old_string must match the file "
+        "exactly (no line numbers) and be unique unless replace_all is true."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "file_path": {"type": "string"},
+            "old_string": {"type": "string", "description": "Exact text to replace."},
+            "new_string": {"type": "string", "description": "Replacement; empty deletes."},
+            "replace_all": {"type": "boolean", "description": "Replace every match."},
+        },
+        "required": ["file_path", "old_string", "new_string"],
+        "additionalProperties": False,
+    },
+)
+async def APPLY_PATCH(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    old, new = args["old_string"], args["new_string"]
+    if old == "":
+        raise ToolFailure(
+            ErrorCode.WORKSPACE_PATCH_EMPTY_OLD_STRING,
+            "old_string is empty. Quote the exact text to replace.",
+        )
+    if old == new:
+        raise ToolFailure(
+            ErrorCode.WORKSPACE_PATCH_NO_CHANGE, "old_string equals new_string; nothing to change."
+        )
+    ws = ctx.require_workspace()
+    path = ws.check(args["file_path"], write=True)
+    return await asyncio.to_thread(_patch, ws, path, old, new, bool(args.get("replace_all")), ctx)
+
+
+def _patch(
+    ws: Workspace, path: str, old: str, new: str, replace_all: bool, ctx: CallContext
+) -> ToolOutcome:
+    reader = ctx.model_name(READ_TOOL, "a read")
+    state = ctx.reads.get(path)
+    if state is None:
+        raise ToolFailure(
+            ErrorCode.WORKSPACE_PATCH_REQUIRES_READ,
+            f"Read {path} with {reader} before patching it.",
+        )
+    full_read = f"Read all of {path} with {reader} (no offset or limit), then patch."
+
+    def need_full(why: str) -> ToolFailure:
+        state.needs_full_read = True
+        return ToolFailure(ErrorCode.WORKSPACE_PATCH_REQUIRES_FULL_READ, f"{why} {full_read}")
+
+    if state.needs_full_read:
+        raise ToolFailure(ErrorCode.WORKSPACE_PATCH_REQUIRES_FULL_READ, full_read)
+    if not state.full and replace_all:
+        raise need_full("replace_all needs the whole file, and you read only part of it.")
+    if not state.full and old not in state.text:
+        raise need_full("old_string is not in the part of the file you read.")
+    with ws.mutation():
+        data = load_file(ws, path, ctx)
+        text = data.decode("utf-8", errors="surrogateescape")
+        old_sha = sha256_hex(data)
+        if old_sha != state.sha256:
+            if not state.full:
+                state.needs_full_read = True
+            raise ToolFailure(
+                ErrorCode.WORKSPACE_PATCH_STALE_FILE,
+                f"{path} changed since you read it. Read it again with {reader}, then patch.",
+            )
+        count = text.count(old)
+        if count == 0 or (count > 1 and not replace_all):
+            if not state.full:
+                state.needs_full_read = True
+            if count == 0:
+                raise ToolFailure(
+                    ErrorCode.WORKSPACE_PATCH_OLD_STRING_NOT_FOUND,
+                    f"old_string is not in {path}. Copy it exactly from a fresh read "
+                    "(no line numbers).",
+                )
+            raise ToolFailure(
+                ErrorCode.WORKSPACE_PATCH_OLD_STRING_NOT_UNIQUE,
+                f"old_string occurs {count} times in {path}. Add surrounding text to make it "
+                "unique, or set replace_all to true.",
+                count=count,
+            )
+        patched = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+        out = patched.encode("utf-8", errors="surrogateescape")
+        ws.write_atomic(path, out)
+    sha = sha256_hex(out)
+    shown = out.decode("utf-8", errors="replace")
+    ctx.reads[path] = ReadState(sha, True, shown)
+    replacements = count if replace_all else 1
+    words = len(shown.split())
+    return ToolOutcome(
+        f"Patched {path} with {replacements} replacement(s); file now has "
+        f"{len(shown):,} chars / {words:,} words.",
+        {"path": path, "oldSha256": old_sha, "sha256": sha, "replacements": replacements},
+        effect=FilePatched(path, old_sha, sha, replacements),
+    )

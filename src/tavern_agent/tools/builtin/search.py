@@ -1,0 +1,150 @@
+"""``workspace.search_files``: an RE2 regex search over the visible files.
+
+Patterns are RE2 (what Rust's regex follows), compiled once and run on each
+file's bytes in one call, so a model's pattern can never take exponential
+time. Backreferences and lookaround are not RE2 and come back as
+``workspace.grep_pattern_invalid`` with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import re2
+
+from tavern_agent.core.errors import ErrorCode
+from tavern_agent.core.results import ToolFailure, ToolOutcome
+from tavern_agent.tools.builtin.registry import builtin_tool
+from tavern_agent.tools.context import CallContext
+from tavern_agent.workspace import paths
+from tavern_agent.workspace.store import Workspace
+
+MAX_LINES = 100
+LINE_CHARS = 300
+MAX_DEPTH = 8
+MAX_FILES = 20_000
+MAX_FILE_BYTES = 64 * 1024 * 1024
+DEFAULT_EXCLUDED = ("tool-results", "skills")
+
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    path: str
+    line: int
+    text: str
+
+
+@builtin_tool(
+    "workspace.search_files",
+    description=(
+        "Search file contents with a regular expression (RE2 syntax; (?i) for any case). "
+        "Without path it searches all files except tool-results/ and skills/."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "description": "Regex, e.g. (?i)dragon|wyrm"},
+            "path": {"type": "string", "description": "A file or folder to search in."},
+        },
+        "required": ["pattern"],
+        "additionalProperties": False,
+    },
+)
+async def SEARCH_FILES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    ws = ctx.require_workspace()
+    pattern_text: str = args["pattern"]
+    try:
+        pattern = re2.compile(pattern_text.encode("utf-8", "surrogatepass"), _OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise ToolFailure(
+            ErrorCode.WORKSPACE_GREP_PATTERN_INVALID,
+            f"Invalid pattern: {reason}. Use RE2 syntax: no backreferences or lookaround.",
+        ) from None
+    scope = ws.check(args["path"], allow_root=True) if "path" in args else ""
+    return await asyncio.to_thread(search, ws, pattern, scope, "path" in args)
+
+
+def _files(ws: Workspace, scope: str, explicit: bool) -> list[str]:
+    kind = ws.kind(scope)
+    if kind is None:
+        raise ToolFailure(ErrorCode.WORKSPACE_PATH_NOT_FOUND, f"Nothing at {scope}.")
+    if kind == "file":
+        return [scope]
+    found = []
+    for entry in ws.walk(scope, MAX_DEPTH):
+        if entry.kind != "file" or entry.size > MAX_FILE_BYTES:
+            continue
+        if not explicit and paths.top(entry.path) in DEFAULT_EXCLUDED:
+            continue
+        found.append(entry.path)
+        if len(found) >= MAX_FILES:
+            break
+    return found
+
+
+def _cut(line: bytes, start: int) -> str:
+    """The line around the first match, about LINE_CHARS characters."""
+    if len(line) > LINE_CHARS * 4:
+        lo = max(0, start - LINE_CHARS // 2)
+        line = line[lo : lo + LINE_CHARS * 4]
+        start -= lo
+    text = line.decode("utf-8", errors="replace")
+    if len(text) <= LINE_CHARS:
+        return text
+    at = len(line[:start].decode("utf-8", errors="replace"))
+    lo = max(0, min(at - LINE_CHARS // 3, len(text) - LINE_CHARS))
+    return ("…" if lo else "") + text[lo : lo + LINE_CHARS] + "…"
+
+
+def search(ws: Workspace, pattern: Any, scope: str, explicit: bool) -> ToolOutcome:
+    hits: list[Hit] = []
+    total = files_matched = 0
+    files = _files(ws, scope, explicit)
+    for path in files:
+        try:
+            data = ws.read_bytes(path)
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        first = pattern.search(data)
+        if first is None or b"\0" in data[:8192]:
+            continue
+        files_matched += 1
+        line_no, line_start, match = 1, 0, first
+        while match is not None:  # one hit per line: resume after the matched line
+            pos = match.start()
+            line_no += data.count(b"\n", line_start, pos)
+            line_start = data.rfind(b"\n", 0, pos) + 1
+            end = data.find(b"\n", pos)
+            total += 1
+            if len(hits) < MAX_LINES:
+                line = data[line_start : end if end >= 0 else len(data)]
+                hits.append(Hit(path, line_no, _cut(line, pos - line_start)))
+            if end < 0:
+                break
+            match = pattern.search(data, end + 1)
+    if total == 0:
+        where = scope or "the searchable files"
+        return ToolOutcome(
+            f"No matches in {where} ({len(files)} files searched).", _summary(0, 0, [])
+        )
+    lines = [f"{h.path}:{h.line}: {h.text}" for h in hits]
+    more = (
+        f" (showing the first {MAX_LINES}; narrow the pattern or path)" if total > MAX_LINES else ""
+    )
+    lines.append(f"[{total} matching lines in {files_matched} files{more}]")
+    return ToolOutcome("\n".join(lines), _summary(total, files_matched, hits))
+
+
+def _summary(total: int, files: int, hits: list[Hit]) -> dict[str, Any]:
+    return {
+        "totalLines": total,
+        "files": files,
+        "hits": [{"path": h.path, "line": h.line} for h in hits],
+        "truncated": total > len(hits),
+    }

@@ -1,0 +1,272 @@
+"""``workspace.list_files``, ``workspace.read_file`` and ``workspace.write_file``."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from tavern_agent.core.errors import ErrorCode
+from tavern_agent.core.results import FileWritten, ToolFailure, ToolOutcome
+from tavern_agent.tools.builtin.registry import builtin_tool
+from tavern_agent.tools.context import CallContext
+from tavern_agent.workspace.read_state import ReadState
+from tavern_agent.workspace.store import Workspace, sha256_hex
+
+FULL_READ_BYTES = 256 * 1024
+MAX_READ_LINES = 1200
+MAX_READ_CHARS = 80_000
+MAX_LINE_CHARS = 2000
+MAX_LIST_DEPTH = 4
+MAX_LIST_ENTRIES = 200
+
+READ_TOOL = "builtin:workspace.read_file"
+LIST_TOOL = "builtin:workspace.list_files"
+
+
+def load_file(ws: Workspace, path: str, ctx: CallContext) -> bytes:
+    """The file's bytes, with missing files and folders as model-facing errors."""
+    try:
+        return ws.read_bytes(path)
+    except (FileNotFoundError, NotADirectoryError):
+        lister = ctx.model_name(LIST_TOOL, "a listing")
+        raise ToolFailure(
+            ErrorCode.WORKSPACE_FILE_NOT_FOUND, f"No file at {path}. Check the name with {lister}."
+        ) from None
+    except IsADirectoryError:
+        raise ToolFailure(
+            ErrorCode.WORKSPACE_PATH_IS_DIRECTORY, f"{path} is a folder; name a file in it."
+        ) from None
+
+
+def decode(data: bytes) -> tuple[str, bool]:
+    """Text of a file and whether bytes had to be replaced (not UTF-8)."""
+    try:
+        return data.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return data.decode("utf-8", errors="replace"), True
+
+
+# ---------------------------------------------------------------- list
+
+
+@builtin_tool(
+    "workspace.list_files",
+    description="List files and folders in the workspace.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "Folder or file; default the root."},
+            "depth": {"type": "integer", "minimum": 1, "description": "Levels, default 2, max 4."},
+        },
+        "additionalProperties": False,
+    },
+)
+async def LIST_FILES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    ws = ctx.require_workspace()
+    depth = args.get("depth", 2)
+    if depth > MAX_LIST_DEPTH:
+        raise ToolFailure(
+            ErrorCode.WORKSPACE_LIST_DEPTH_TOO_LARGE, f"depth {depth} is above {MAX_LIST_DEPTH}."
+        )
+    path = ws.check(args.get("path", ""), allow_root=True)
+    return await asyncio.to_thread(_list, ws, path, depth)
+
+
+def _list(ws: Workspace, path: str, depth: int) -> ToolOutcome:
+    kind = ws.kind(path)
+    if kind is None:
+        raise ToolFailure(ErrorCode.WORKSPACE_PATH_NOT_FOUND, f"Nothing at {path}.")
+    if kind == "file":
+        entries = [{"path": path, "kind": "file"}]
+    else:
+        entries = []
+        for entry in ws.walk(path, depth):
+            entries.append({"path": entry.path, "kind": entry.kind})
+            if len(entries) > MAX_LIST_ENTRIES:
+                break
+    truncated = len(entries) > MAX_LIST_ENTRIES
+    entries = entries[:MAX_LIST_ENTRIES]
+    lines = [e["path"] + ("/" if e["kind"] == "dir" else "") for e in entries]
+    if truncated:
+        lines.append(f"[first {MAX_LIST_ENTRIES} entries; list a subfolder to see more]")
+    content = "\n".join(lines) if lines else f"{path or 'The workspace'} is empty."
+    return ToolOutcome(content, {"path": path, "entries": entries, "truncated": truncated})
+
+
+# ---------------------------------------------------------------- read
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    start: int
+    end: int  # last line shown, 0 when none
+    total: int
+    lines: list[str]
+    cut: int  # lines shortened to MAX_LINE_CHARS
+
+
+def page_lines(text: str, offset: int, limit: int | None) -> Page:
+    """Lines ``offset``… of ``text``, within the line, char and line-length limits."""
+    body = text[:-1] if text.endswith("\n") else text
+    all_lines = body.split("\n") if body else []
+    total = len(all_lines)
+    wanted = min(limit or MAX_READ_LINES, MAX_READ_LINES)
+    shown: list[str] = []
+    chars = cut = 0
+    for line in all_lines[offset - 1 : offset - 1 + wanted]:
+        if len(line) > MAX_LINE_CHARS:
+            line, cut = line[:MAX_LINE_CHARS], cut + 1
+        if shown and chars + len(line) + 1 > MAX_READ_CHARS:
+            break
+        shown.append(line)
+        chars += len(line) + 1
+    return Page(offset, offset + len(shown) - 1 if shown else 0, total, shown, cut)
+
+
+@builtin_tool(
+    "workspace.read_file",
+    description=(
+        "Read a text file with numbered lines. Large files come back in pages; "
+        "continue with offset and limit."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "file_path": {"type": "string", "description": "e.g. output/main.md"},
+            "offset": {"type": "integer", "minimum": 1, "description": "First line, 1-based."},
+            "limit": {"type": "integer", "minimum": 1, "description": "Number of lines."},
+        },
+        "required": ["file_path"],
+        "additionalProperties": False,
+    },
+)
+async def READ_FILE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    ws = ctx.require_workspace()
+    path = ws.check(args["file_path"])
+    data = await asyncio.to_thread(load_file, ws, path, ctx)
+    return read_outcome(path, data, args.get("offset"), args.get("limit"), ctx)
+
+
+def read_outcome(
+    path: str, data: bytes, offset: int | None, limit: int | None, ctx: CallContext
+) -> ToolOutcome:
+    text, replaced = decode(data)
+    page = page_lines(text, offset or 1, limit)
+    if page.total == 0:
+        ctx.reads[path] = ReadState(sha256_hex(data), True, text)
+        return ToolOutcome(
+            f"{path} is empty.", {"path": path, "sha256": sha256_hex(data), "lines": 0}
+        )
+    if page.start > page.total:
+        raise ToolFailure(
+            ErrorCode.WORKSPACE_INVALID_LINE_RANGE,
+            f"offset {page.start} is past the end of {path} ({page.total} lines).",
+        )
+    small = len(data) <= FULL_READ_BYTES
+    full = page.start == 1 and page.end == page.total and page.cut == 0 and small
+    sha = sha256_hex(data)
+    ctx.reads[path] = ReadState(sha, full, "\n".join(page.lines))
+    header = f"{path}: lines {page.start}-{page.end} of {page.total} ({len(text):,} chars)"
+    notes = []
+    if replaced:
+        notes.append("[not valid UTF-8: undecodable bytes shown as �]")
+    if page.cut:
+        notes.append(f"[{page.cut} line(s) longer than {MAX_LINE_CHARS} chars were cut]")
+    if page.end < page.total:
+        notes.append(
+            f"[{page.total - page.end} more lines; continue with offset={page.end + 1}, "
+            f"limit={min(MAX_READ_LINES, page.total - page.end)}]"
+        )
+    width = len(str(page.end))
+    numbered = "\n".join(f"{n:>{width}}\t{line}" for n, line in enumerate(page.lines, page.start))
+    content = "\n".join([header, numbered, *notes])
+    structured = {
+        "path": path,
+        "sha256": sha,
+        "startLine": page.start,
+        "endLine": page.end,
+        "lines": page.total,
+        "full": full,
+    }
+    return ToolOutcome(content, structured)
+
+
+# ---------------------------------------------------------------- write
+
+
+@builtin_tool(
+    "workspace.write_file",
+    description=(
+        "Create or replace a file, or append to it. Read an existing file before replacing it."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "file_path": {"type": "string", "description": "e.g. output/main.md"},
+            "content": {"type": "string", "description": "The text, written as is."},
+            "mode": {"type": "string", "description": "replace (default) or append."},
+        },
+        "required": ["file_path", "content"],
+        "additionalProperties": False,
+    },
+)
+async def WRITE_FILE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    ws = ctx.require_workspace()
+    mode = args.get("mode", "replace")
+    if mode not in ("replace", "append"):
+        raise ToolFailure(
+            ErrorCode.WORKSPACE_WRITE_MODE_INVALID, f"mode {mode!r} is not replace or append."
+        )
+    path = ws.check(args["file_path"], write=True)
+    return await asyncio.to_thread(_write, ws, path, args["content"], mode, ctx)
+
+
+def _current(ws: Workspace, path: str) -> bytes | None:
+    try:
+        return ws.read_bytes(path)
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise ToolFailure(ErrorCode.WORKSPACE_PATH_IS_DIRECTORY, f"{path} is a folder.") from None
+
+
+def _write(ws: Workspace, path: str, content: str, mode: str, ctx: CallContext) -> ToolOutcome:
+    data = content.encode("utf-8", "surrogatepass")
+    reader = ctx.model_name(READ_TOOL, "a read")
+    with ws.mutation():
+        old = _current(ws, path)
+        state = ctx.reads.get(path)
+        old_sha = None if old is None else sha256_hex(old)
+        if mode == "append":
+            ws.append(path, data)
+            new = (old or b"") + data
+            if old is None or (state is not None and state.full and state.sha256 == old_sha):
+                ctx.reads[path] = ReadState(sha256_hex(new), True, decode(new)[0])
+            else:
+                ctx.reads.pop(path, None)
+        else:
+            if old is not None and state is None:
+                raise ToolFailure(
+                    ErrorCode.WORKSPACE_WRITE_REQUIRES_READ,
+                    f"{path} exists. Read it with {reader} before replacing it, "
+                    "or use mode=append.",
+                )
+            if old is not None and state is not None and state.sha256 != old_sha:
+                raise ToolFailure(
+                    ErrorCode.WORKSPACE_WRITE_STALE_FILE,
+                    f"{path} changed since you read it. Read it again with {reader}, then write.",
+                )
+            ws.write_atomic(path, data)
+            new = data
+            ctx.reads[path] = ReadState(sha256_hex(new), True, content)
+    sha = sha256_hex(new)
+    verb = "Appended to" if mode == "append" else ("Created" if old is None else "Replaced")
+    text = decode(new)[0]
+    lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+    structured = {"path": path, "sha256": sha, "oldSha256": old_sha, "mode": mode, "lines": lines}
+    return ToolOutcome(
+        f"{verb} {path}: now {len(text):,} chars, {lines} lines.",
+        structured,
+        effect=FileWritten(path, sha),
+    )

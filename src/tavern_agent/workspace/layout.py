@@ -1,0 +1,109 @@
+"""Where workspaces live under the data root, and the skills library.
+
+::
+
+    <data-root>/chats/<chat-workspace-id>/runs/<run-id>/…   one chat run
+    <data-root>/sessions/<session-id>/…                     a session (shared by its runs)
+    <data-root>/skills/<name>/SKILL.md                      the skills library
+
+The chat workspace id comes from the chat's stable identity (SillyTavern's
+``chat_metadata.integrity``), not its file name, so renaming a chat keeps its
+workspace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tavern_agent.core.descriptors import Scene
+from tavern_agent.core.profile import Profile
+from tavern_agent.workspace.roots import RootPolicy
+from tavern_agent.workspace.store import Workspace
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def chat_workspace_id(stable_chat_id: str) -> str:
+    """A folder-safe id derived from the chat's stable identity."""
+    if not stable_chat_id:
+        raise ValueError("a chat needs a stable identity")
+    return "chat_" + hashlib.sha256(stable_chat_id.encode("utf-8")).hexdigest()[:24]
+
+
+def _checked_id(kind: str, value: str) -> str:
+    if not _ID.fullmatch(value) or value.endswith("."):
+        raise ValueError(f"bad {kind} {value!r}: letters, digits, '_', '.', '-' (max 128)")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class SkillInfo:
+    """A skill folder (its path is ``skills/<folder>/``) and its front matter."""
+
+    folder: str
+    name: str
+    description: str
+
+
+class DataRoot:
+    """The data root: opens workspaces for chat runs and sessions."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @property
+    def skills_dir(self) -> Path:
+        return self.path / "skills"
+
+    def chat_run(self, stable_chat_id: str, run_id: str, profile: Profile) -> Workspace:
+        root = self.path / "chats" / chat_workspace_id(stable_chat_id) / "runs"
+        return self._open(root / _checked_id("run id", run_id), Scene.CHAT, profile)
+
+    def session(self, session_id: str, profile: Profile) -> Workspace:
+        root = self.path / "sessions" / _checked_id("session id", session_id)
+        return self._open(root, Scene.SESSION, profile)
+
+    def _open(self, root: Path, scene: Scene, profile: Profile) -> Workspace:
+        visible = frozenset(s.folder for s in self.skills(profile))
+        return Workspace(
+            root,
+            RootPolicy.for_scene(scene, profile.workspace),
+            skills_dir=self.skills_dir,
+            visible_skills=visible,
+        )
+
+    def skills(self, profile: Profile) -> list[SkillInfo]:
+        """The profile's skills, from each SKILL.md front matter, for the prompt."""
+        found: list[SkillInfo] = []
+        if not self.skills_dir.is_dir():
+            return found
+        for folder in sorted(self.skills_dir.iterdir()):
+            manifest = folder / "SKILL.md"
+            if (
+                folder.is_symlink()
+                or not manifest.is_file()
+                or not profile.skills.allows(folder.name)
+            ):
+                continue
+            meta = front_matter(manifest.read_text(encoding="utf-8", errors="replace"))
+            name = meta.get("name", folder.name)
+            found.append(SkillInfo(folder.name, name, meta.get("description", "")))
+        return found
+
+
+def front_matter(text: str) -> dict[str, str]:
+    """``key: value`` lines between the leading ``---`` fences (a flat YAML subset)."""
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != "---":
+        return {}
+    meta: dict[str, str] = {}
+    for line in lines[1:]:
+        if line.strip() == "---":
+            break
+        key, sep, value = line.partition(":")
+        if sep and key.strip() and not key.startswith((" ", "\t")):
+            meta[key.strip()] = value.strip().strip("\"'")
+    return meta

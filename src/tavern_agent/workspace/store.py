@@ -1,0 +1,303 @@
+"""The on-disk workspace: safe, atomic file operations below one root folder.
+
+Every operation walks the path one segment at a time with ``O_NOFOLLOW`` and
+directory file descriptors, so nothing outside the root is ever opened, even
+if a folder is swapped for a link meanwhile. A link met on the way is refused:
+one pointing outside is an escape (:class:`WorkspaceEscape`, fatal for the
+run); one pointing inside is reported to the model as an invalid path.
+
+Writes go to a temporary file in the target folder, are fsynced and renamed
+over the target, so a crash leaves the old or the new file, never a mix.
+Mutations hold a per-workspace lock (a thread lock plus ``flock`` on the
+internal ``.lock`` file, so separate processes serialize too); reads do not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import posixpath
+import secrets
+import stat
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tavern_agent.core.descriptors import Scene
+from tavern_agent.core.errors import ErrorCode
+from tavern_agent.core.results import ToolFailure
+from tavern_agent.workspace import paths
+from tavern_agent.workspace.roots import INTERNAL, RootPolicy
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+class WorkspaceEscape(RuntimeError):
+    """A path inside the store leads outside it: a storage fault that ends the run."""
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    path: str
+    kind: str  # "file" or "dir"
+    size: int
+
+
+class Workspace:
+    """One run's (or session's) workspace folder with its root policy.
+
+    ``skills_dir`` backs the read-only ``skills/`` root; ``visible_skills``
+    (``None`` = all) filters which skill folders appear there.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        policy: RootPolicy,
+        *,
+        skills_dir: Path | None = None,
+        visible_skills: frozenset[str] | None = None,
+    ) -> None:
+        self.root = root
+        self.policy = policy
+        self.skills_dir = skills_dir
+        self.visible_skills = visible_skills
+        root.mkdir(parents=True, exist_ok=True)
+        key = os.path.realpath(root)
+        with _LOCKS_GUARD:
+            self._thread_lock = _LOCKS.setdefault(key, threading.Lock())
+
+    @classmethod
+    def for_scene(cls, root: Path, scene: Scene) -> Workspace:
+        return cls(root, RootPolicy.for_scene(scene))
+
+    # ------------------------------------------------------------ path checks
+
+    def check(self, text: str, *, write: bool = False, allow_root: bool = False) -> str:
+        """Normalise a model's path and check it is visible (and writable)."""
+        try:
+            path = paths.normalize(text, allow_root=allow_root)
+        except paths.InvalidPath as exc:
+            raise ToolFailure(
+                ErrorCode.WORKSPACE_INVALID_PATH, f"Invalid path {text!r}: {exc}."
+            ) from None
+        if path == "":
+            if write:
+                raise ToolFailure(ErrorCode.WORKSPACE_PATH_NOT_WRITABLE, "The root is not a file.")
+            return path
+        first = paths.top(path)
+        if first in INTERNAL or first not in self.policy.visible:
+            roots = ", ".join(f"{r}/" for r in self.policy.visible)
+            raise ToolFailure(
+                ErrorCode.WORKSPACE_PATH_NOT_VISIBLE,
+                f"{path} is outside the visible roots ({roots}).",
+            )
+        if first == "skills" and not self._skill_visible(path):
+            raise ToolFailure(
+                ErrorCode.WORKSPACE_PATH_NOT_VISIBLE, f"{path} is not a skill of this agent."
+            )
+        if write and first not in self.policy.writable:
+            writable = ", ".join(f"{r}/" for r in self.policy.visible if r in self.policy.writable)
+            writable = writable or "no root: this run is read-only"
+            raise ToolFailure(
+                ErrorCode.WORKSPACE_PATH_NOT_WRITABLE,
+                f"{first}/ is read-only. Write under {writable}.",
+            )
+        return path
+
+    def _skill_visible(self, path: str) -> bool:
+        parts = path.split("/")
+        return len(parts) == 1 or self.visible_skills is None or parts[1] in self.visible_skills
+
+    # ------------------------------------------------------------ descriptors
+
+    def _base(self, path: str) -> tuple[Path, list[str]]:
+        parts = path.split("/") if path else []
+        if parts and parts[0] == "skills" and self.skills_dir is not None:
+            return self.skills_dir, parts[1:]
+        return self.root, parts
+
+    def _link_error(self, dir_fd: int, name: str, shown: str) -> Exception:
+        """A link inside the tree is the model's to avoid; one leading out is an escape."""
+        target = os.readlink(name, dir_fd=dir_fd)
+        folder = posixpath.dirname(shown)
+        if not target.startswith("/"):
+            try:
+                inside = paths.normalize(posixpath.normpath(posixpath.join(folder, target)))
+            except paths.InvalidPath:
+                inside = None
+            if inside is not None:
+                return ToolFailure(
+                    ErrorCode.WORKSPACE_INVALID_PATH,
+                    f"{shown} is a symbolic link to {inside}; file tools do not follow links, "
+                    f"use {inside}.",
+                )
+        return WorkspaceEscape(f"{shown} is a symbolic link leading outside the workspace")
+
+    @contextlib.contextmanager
+    def _dir(self, path: str, parts: list[str], *, create: bool = False) -> Iterator[int]:
+        """A descriptor of the folder ``parts`` below the base of ``path``."""
+        base, _ = self._base(path)
+        if create:
+            base.mkdir(parents=True, exist_ok=True)
+        fd = os.open(base, _DIR_FLAGS)
+        try:
+            shown: list[str] = []
+            for part in parts:
+                shown.append(part)
+                try:
+                    nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                    nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(fd, part):
+                        raise self._link_error(fd, part, "/".join(shown)) from None
+                    raise
+                os.close(fd)
+                fd = nfd
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _split(self, path: str) -> tuple[list[str], str]:
+        _, parts = self._base(path)
+        return parts[:-1], parts[-1]
+
+    # ------------------------------------------------------------ reads
+
+    def kind(self, path: str) -> str | None:
+        """``"file"``, ``"dir"`` or ``None`` for a checked path (links refused)."""
+        if path == "":
+            return "dir"
+        _, parts = self._base(path)
+        if not parts:  # the skills root: always there, empty without a library
+            return "dir"
+        folders, name = parts[:-1], parts[-1]
+        try:
+            with self._dir(path, folders) as fd:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    raise self._link_error(fd, name, path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return "dir" if stat.S_ISDIR(st.st_mode) else "file"
+
+    def read_bytes(self, path: str) -> bytes:
+        """The whole file; ``FileNotFoundError`` / ``IsADirectoryError`` as usual."""
+        folders, name = self._split(path)
+        with self._dir(path, folders) as dfd:
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise self._link_error(dfd, name, path) from None
+                raise
+            with os.fdopen(fd, "rb") as handle:
+                if stat.S_ISDIR(os.fstat(handle.fileno()).st_mode):
+                    raise IsADirectoryError(path)
+                return handle.read()
+
+    def walk(self, path: str, max_depth: int) -> Iterator[Entry]:
+        """Entries below a folder, sorted, depth-first, links skipped."""
+        if path == "":
+            for root in self.policy.visible:
+                try:
+                    present = self.kind(root) == "dir"
+                except (WorkspaceEscape, ToolFailure):
+                    present = False  # a root replaced by a link is never listed
+                if present:
+                    yield Entry(root, "dir", 0)
+                    if max_depth > 1:
+                        yield from self.walk(root, max_depth - 1)
+            return
+        base, parts = self._base(path)
+        if not parts and not base.is_dir():
+            return  # no skills library
+        with self._dir(path, parts) as fd:
+            names = sorted(os.listdir(fd))
+            stats = [(n, os.stat(n, dir_fd=fd, follow_symlinks=False)) for n in names]
+        for name, st in stats:
+            child = f"{path}/{name}"
+            if paths.top(child) == "skills" and not self._skill_visible(child):
+                continue
+            if name.startswith(".") and name.endswith(".tmp"):
+                continue  # an atomic write in progress
+            if stat.S_ISDIR(st.st_mode):
+                yield Entry(child, "dir", 0)
+                if max_depth > 1:
+                    yield from self.walk(child, max_depth - 1)
+            elif stat.S_ISREG(st.st_mode):
+                yield Entry(child, "file", st.st_size)
+
+    # ------------------------------------------------------------ writes
+
+    @contextlib.contextmanager
+    def mutation(self) -> Iterator[None]:
+        """Serialize mutations of this workspace across threads and processes."""
+        with self._thread_lock:
+            fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)  # closing releases the flock
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Replace (or create) the file; call inside :meth:`mutation`."""
+        folders, name = self._split(path)
+        with self._dir(path, folders, create=True) as dfd:
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISLNK(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
+                    raise self._link_error(dfd, name, path)
+            tmp = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=dfd
+            )
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dfd)
+                raise
+            os.fsync(dfd)
+
+    def append(self, path: str, data: bytes) -> None:
+        """Append natively (may apply partially on a crash; never replayed)."""
+        folders, name = self._split(path)
+        with self._dir(path, folders, create=True) as dfd:
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:
+                fd = os.open(name, flags, 0o644, dir_fd=dfd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise self._link_error(dfd, name, path) from None
+                raise
+            with os.fdopen(fd, "ab") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+
+
+def _is_link(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
