@@ -166,7 +166,10 @@ def read_outcome(
     small = len(data) <= FULL_READ_BYTES
     full = page.start == 1 and page.end == page.total and page.cut == 0 and small
     sha = sha256_hex(data)
-    ctx.reads[path] = ReadState(sha, full, "\n".join(page.lines))
+    # A failed patch after a partial read asks for a full read; only that clears it.
+    before = ctx.reads.get(path)
+    flagged = before is not None and before.needs_full_read and not full
+    ctx.reads[path] = ReadState(sha, full, "\n".join(page.lines), flagged)
     header = f"{path}: lines {page.start}-{page.end} of {page.total} ({len(text):,} chars)"
     notes = []
     if replaced:

@@ -1,0 +1,65 @@
+"""A writer killed with SIGKILL mid-write leaves the old file or the new one, never a mix."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+CHILD = r"""
+import asyncio, sys
+from pathlib import Path
+from tavern_agent.core.descriptors import Scene
+from tests.workspace.conftest import Agent
+from tavern_agent.workspace.roots import RootPolicy
+from tavern_agent.workspace.store import Workspace
+
+async def main() -> None:
+    agent = Agent(Workspace(Path(sys.argv[1]), RootPolicy.for_scene(Scene.CHAT)))
+    await agent("workspace_read_file", file_path="output/main.md")
+    content = "N" * int(sys.argv[2])
+    print("writing", flush=True)
+    result = await agent("workspace_write_file", file_path="output/main.md", content=content)
+    print(result.content, flush=True)
+
+asyncio.run(main())
+"""
+
+SIZE = 150 * 1024 * 1024
+
+
+@pytest.mark.slow
+def test_sigkill_mid_write_leaves_old_or_new(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "output").mkdir(parents=True)
+    target = ws / "output" / "main.md"
+    old = b"O" * (SIZE // 2)
+    target.write_bytes(old)
+    killed_mid_write = 0
+    root = Path(__file__).resolve().parents[2]
+    for delay in (0.0, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2, 0.4):
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(ws), str(SIZE)],
+            stdout=subprocess.PIPE,
+            cwd=root,
+        )
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == b"writing"
+        time.sleep(delay)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        data = target.read_bytes()
+        assert data == old or data == b"N" * SIZE, "a mix of old and new bytes"
+        leftovers = [n for n in os.listdir(ws / "output") if n.endswith(".tmp")]
+        if data == old and leftovers:
+            killed_mid_write += 1  # the temporary file existed: the kill hit the write
+        for name in leftovers:
+            os.unlink(ws / "output" / name)
+        if data != old:
+            target.write_bytes(old)
+    assert killed_mid_write >= 1, "no kill landed during the write; raise SIZE"
