@@ -107,7 +107,7 @@ def _patch(
         ws.write_atomic(path, out)
     sha = sha256_hex(out)
     shown = out.decode("utf-8", errors="replace")
-    ctx.reads[path] = ReadState(sha, True, shown)
+    ctx.reads[path] = ReadState(sha, True, shown)  # digest known: no need to hash again
     replacements = count if replace_all else 1
     words = len(shown.split())
     return ToolOutcome(

@@ -104,24 +104,44 @@ class Page:
     total: int
     lines: list[str]
     cut: int  # lines shortened to MAX_LINE_CHARS
+    replaced: bool  # undecodable bytes shown as U+FFFD
 
 
-def page_lines(text: str, offset: int, limit: int | None) -> Page:
-    """Lines ``offset``… of ``text``, within the line, char and line-length limits."""
-    body = text[:-1] if text.endswith("\n") else text
-    all_lines = body.split("\n") if body else []
-    total = len(all_lines)
+def count_lines(data: bytes) -> int:
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+def page_lines(data: bytes, offset: int, limit: int | None) -> Page:
+    """Lines ``offset``… of ``data``, within the line, char and line-length limits.
+
+    Works on bytes and decodes only the lines it returns, so a preview of a
+    very large file costs little more than reading it.
+    """
+    total = count_lines(data)
+    pos = 0
+    for _ in range(min(offset, total + 1) - 1):
+        pos = data.find(b"\n", pos) + 1
     wanted = min(limit or MAX_READ_LINES, MAX_READ_LINES)
     shown: list[str] = []
     chars = cut = 0
-    for line in all_lines[offset - 1 : offset - 1 + wanted]:
-        if len(line) > MAX_LINE_CHARS:
+    replaced = False
+    number = offset
+    while len(shown) < wanted and number <= total:
+        end = data.find(b"\n", pos)
+        end = len(data) if end < 0 else end
+        raw = data[pos : min(end, pos + MAX_LINE_CHARS * 4)]
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            line, replaced = raw.decode("utf-8", errors="replace"), True
+        if len(line) > MAX_LINE_CHARS or end - pos > MAX_LINE_CHARS * 4:
             line, cut = line[:MAX_LINE_CHARS], cut + 1
         if shown and chars + len(line) + 1 > MAX_READ_CHARS:
             break
         shown.append(line)
         chars += len(line) + 1
-    return Page(offset, offset + len(shown) - 1 if shown else 0, total, shown, cut)
+        pos, number = end + 1, number + 1
+    return Page(offset, offset + len(shown) - 1 if shown else 0, total, shown, cut, replaced)
 
 
 @builtin_tool(
@@ -151,29 +171,31 @@ async def READ_FILE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
 def read_outcome(
     path: str, data: bytes, offset: int | None, limit: int | None, ctx: CallContext
 ) -> ToolOutcome:
-    text, replaced = decode(data)
-    page = page_lines(text, offset or 1, limit)
+    page = page_lines(data, offset or 1, limit)
+    small = len(data) <= FULL_READ_BYTES
     if page.total == 0:
-        ctx.reads[path] = ReadState(sha256_hex(data), True, text)
-        return ToolOutcome(
-            f"{path} is empty.", {"path": path, "sha256": sha256_hex(data), "lines": 0}
-        )
+        ctx.reads[path] = ReadState.of(data, True, "")
+        return ToolOutcome(f"{path} is empty.", {"path": path, "lines": 0, "full": True})
     if page.start > page.total:
         raise ToolFailure(
             ErrorCode.WORKSPACE_INVALID_LINE_RANGE,
             f"offset {page.start} is past the end of {path} ({page.total} lines).",
         )
-    small = len(data) <= FULL_READ_BYTES
     full = page.start == 1 and page.end == page.total and page.cut == 0 and small
-    sha = sha256_hex(data)
     # A failed patch after a partial read asks for a full read; only that clears it.
     before = ctx.reads.get(path)
-    flagged = before is not None and before.needs_full_read and not full
-    ctx.reads[path] = ReadState(sha, full, "\n".join(page.lines), flagged)
-    header = f"{path}: lines {page.start}-{page.end} of {page.total} ({len(text):,} chars)"
+    state = ReadState.of(data, full, "\n".join(page.lines), background=not small)
+    state.needs_full_read = before is not None and before.needs_full_read and not full
+    ctx.reads[path] = state
+    size = (
+        f"{len(data.decode('utf-8', errors='replace')):,} chars"
+        if small
+        else f"{len(data):,} bytes"
+    )
+    header = f"{path}: lines {page.start}-{page.end} of {page.total} ({size})"
     notes = []
-    if replaced:
-        notes.append("[not valid UTF-8: undecodable bytes shown as �]")
+    if page.replaced:
+        notes.append("[not valid UTF-8: undecodable bytes shown as \ufffd]")
     if page.cut:
         notes.append(f"[{page.cut} line(s) longer than {MAX_LINE_CHARS} chars were cut]")
     if page.end < page.total:
@@ -186,7 +208,7 @@ def read_outcome(
     content = "\n".join([header, numbered, *notes])
     structured = {
         "path": path,
-        "sha256": sha,
+        "bytes": len(data),
         "startLine": page.start,
         "endLine": page.end,
         "lines": page.total,
@@ -245,7 +267,7 @@ def _write(ws: Workspace, path: str, content: str, mode: str, ctx: CallContext) 
             ws.append(path, data)
             new = (old or b"") + data
             if old is None or (state is not None and state.full and state.sha256 == old_sha):
-                ctx.reads[path] = ReadState(sha256_hex(new), True, decode(new)[0])
+                ctx.reads[path] = ReadState.of(new, True, decode(new)[0])
             else:
                 ctx.reads.pop(path, None)
         else:
@@ -262,7 +284,7 @@ def _write(ws: Workspace, path: str, content: str, mode: str, ctx: CallContext) 
                 )
             ws.write_atomic(path, data)
             new = data
-            ctx.reads[path] = ReadState(sha256_hex(new), True, content)
+            ctx.reads[path] = ReadState.of(new, True, content)
     sha = sha256_hex(new)
     verb = "Appended to" if mode == "append" else ("Created" if old is None else "Replaced")
     text = decode(new)[0]
