@@ -23,7 +23,7 @@ import posixpath
 import secrets
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -215,11 +215,7 @@ class Workspace:
         """Entries below a folder, sorted, depth-first, links skipped."""
         if path == "":
             for root in self.policy.visible:
-                try:
-                    present = self.kind(root) == "dir"
-                except (WorkspaceEscape, ToolFailure):
-                    present = False  # a root replaced by a link is never listed
-                if present:
+                if self.kind_or_none(root) == "dir":  # a root replaced by a link: not listed
                     yield Entry(root, "dir", 0)
                     if max_depth > 1:
                         yield from self.walk(root, max_depth - 1)
@@ -242,6 +238,57 @@ class Workspace:
                     yield from self.walk(child, max_depth - 1)
             elif stat.S_ISREG(st.st_mode):
                 yield Entry(child, "file", st.st_size)
+
+    def read_tree(
+        self, path: str, max_depth: int, max_bytes: int, skip: Callable[[str], bool]
+    ) -> Iterator[tuple[str, bytes]]:
+        """``(path, bytes)`` of every regular file below a folder, sorted, links skipped.
+
+        Reads each file through its folder's descriptor, which keeps a search
+        over thousands of files from re-walking every path from the root.
+        """
+        if path == "":
+            for root in self.policy.visible:
+                if not skip(root) and self.kind_or_none(root) == "dir":
+                    yield from self.read_tree(root, max_depth - 1, max_bytes, skip)
+            return
+        base, parts = self._base(path)
+        if not parts and not base.is_dir():
+            return
+        with self._dir(path, parts) as fd:
+            yield from self._read_tree_fd(fd, path, max_depth, max_bytes, skip)
+
+    def _read_tree_fd(
+        self, fd: int, path: str, depth: int, max_bytes: int, skip: Callable[[str], bool]
+    ) -> Iterator[tuple[str, bytes]]:
+        with os.scandir(fd) as scan:
+            entries = sorted(scan, key=lambda e: e.name)
+        for entry in entries:
+            child = f"{path}/{entry.name}"
+            if skip(child) or (paths.top(child) == "skills" and not self._skill_visible(child)):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if depth > 1:
+                    sub = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+                    try:
+                        yield from self._read_tree_fd(sub, child, depth - 1, max_bytes, skip)
+                    finally:
+                        os.close(sub)
+            elif entry.is_file(follow_symlinks=False) and not entry.name.endswith(".tmp"):
+                try:
+                    ffd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                except OSError:
+                    continue  # vanished or swapped for a link since the scan
+                with os.fdopen(ffd, "rb") as handle:
+                    if os.fstat(handle.fileno()).st_size <= max_bytes:
+                        yield child, handle.read()
+
+    def kind_or_none(self, path: str) -> str | None:
+        """Like :meth:`kind`, but a link is simply absent."""
+        try:
+            return self.kind(path)
+        except (WorkspaceEscape, ToolFailure):
+            return None
 
     # ------------------------------------------------------------ writes
 

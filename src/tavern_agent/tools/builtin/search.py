@@ -9,6 +9,8 @@ time. Backreferences and lookaround are not RE2 and come back as
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,22 +72,18 @@ async def SEARCH_FILES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     return await asyncio.to_thread(search, ws, pattern, scope, "path" in args)
 
 
-def _files(ws: Workspace, scope: str, explicit: bool) -> list[str]:
+def _sources(ws: Workspace, scope: str, explicit: bool) -> Iterator[tuple[str, bytes]]:
     kind = ws.kind(scope)
     if kind is None:
         raise ToolFailure(ErrorCode.WORKSPACE_PATH_NOT_FOUND, f"Nothing at {scope}.")
     if kind == "file":
-        return [scope]
-    found = []
-    for entry in ws.walk(scope, MAX_DEPTH):
-        if entry.kind != "file" or entry.size > MAX_FILE_BYTES:
-            continue
-        if not explicit and paths.top(entry.path) in DEFAULT_EXCLUDED:
-            continue
-        found.append(entry.path)
-        if len(found) >= MAX_FILES:
-            break
-    return found
+        yield scope, ws.read_bytes(scope)
+        return
+
+    def skip(path: str) -> bool:
+        return not explicit and paths.top(path) in DEFAULT_EXCLUDED
+
+    yield from itertools.islice(ws.read_tree(scope, MAX_DEPTH, MAX_FILE_BYTES, skip), MAX_FILES)
 
 
 def _cut(line: bytes, start: int) -> str:
@@ -104,13 +102,9 @@ def _cut(line: bytes, start: int) -> str:
 
 def search(ws: Workspace, pattern: Any, scope: str, explicit: bool) -> ToolOutcome:
     hits: list[Hit] = []
-    total = files_matched = 0
-    files = _files(ws, scope, explicit)
-    for path in files:
-        try:
-            data = ws.read_bytes(path)
-        except (FileNotFoundError, IsADirectoryError):
-            continue
+    total = files_matched = searched = 0
+    for path, data in _sources(ws, scope, explicit):
+        searched += 1
         first = pattern.search(data)
         if first is None or b"\0" in data[:8192]:
             continue
@@ -131,7 +125,7 @@ def search(ws: Workspace, pattern: Any, scope: str, explicit: bool) -> ToolOutco
     if total == 0:
         where = scope or "the searchable files"
         return ToolOutcome(
-            f"No matches in {where} ({len(files)} files searched).", _summary(0, 0, [])
+            f"No matches in {where} ({searched} files searched).", _summary(0, 0, [])
         )
     lines = [f"{h.path}:{h.line}: {h.text}" for h in hits]
     more = (
