@@ -25,6 +25,7 @@ from tavern_agent.tools.dispatch import Dispatcher
 from tavern_agent.tools.gate import ToolRequestGate
 from tavern_agent.tools.results import DirectoryResultFiles
 from tavern_agent.tools.snapshot import ToolSnapshot, build_snapshot
+from tavern_agent.workspace.layout import DataRoot
 from tavern_agent.workspace.read_state import load_reads, save_reads
 from tavern_agent.workspace.roots import RootPolicy
 from tavern_agent.workspace.store import Workspace, WorkspaceEscape
@@ -38,20 +39,18 @@ def _catalog() -> ToolCatalog:
     return ToolCatalog(builtin_registry())
 
 
-def _snapshot(
-    ctx: click.Context, profile_spec: str | None, scene: str, protocol: str
-) -> ToolSnapshot:
-    catalog = _catalog()
-    scene_value = Scene(scene)
+def _profile(ctx: click.Context, profile_spec: str | None, scene: Scene) -> Profile:
     try:
         if profile_spec is None:
-            profile = Profile.allowing([d.tool_id for d in catalog.descriptors(scene_value)])
-        else:
-            profile = resolve_profile(profile_spec, ctx.obj["data_dir"])
+            return Profile.allowing([d.tool_id for d in _catalog().descriptors(scene)])
+        return resolve_profile(profile_spec, ctx.obj["data_dir"])
     except ProfileError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def _snapshot(profile: Profile, scene: str, protocol: str) -> ToolSnapshot:
     snapshot_id = f"cli-{secrets.token_hex(6)}"
-    return build_snapshot(catalog, profile, scene_value, ModelProtocol(protocol), snapshot_id)
+    return build_snapshot(_catalog(), profile, Scene(scene), ModelProtocol(protocol), snapshot_id)
 
 
 def _profile_option(f: Any) -> Any:
@@ -115,7 +114,7 @@ def tools_list(
     ctx: click.Context, profile_spec: str | None, scene: str, protocol: str, as_json: bool
 ) -> None:
     """Print the tools a model would be offered: name, ToolId, description, parameters."""
-    snap = _snapshot(ctx, profile_spec, scene, protocol)
+    snap = _snapshot(_profile(ctx, profile_spec, Scene(scene)), scene, protocol)
     if as_json:
         click.echo(json.dumps(listing_json(snap), ensure_ascii=False, indent=2))
         return
@@ -198,10 +197,15 @@ def call_command(
     Omit RAW_ARGS for a call whose arguments field was missing. Error results
     are results: they print and exit 0.
     """
-    snap = _snapshot(ctx, profile_spec, scene, protocol)
+    profile = _profile(ctx, profile_spec, Scene(scene))
+    snap = _snapshot(profile, scene, protocol)
     root = workspace or ctx.obj["data_dir"] / "cli-workspace"
+    data = DataRoot(ctx.obj["data_dir"])
     ws = Workspace(
-        root, RootPolicy.for_scene(Scene(scene)), skills_dir=ctx.obj["data_dir"] / "skills"
+        root,
+        RootPolicy.for_scene(Scene(scene), profile.workspace),
+        skills_dir=data.skills_dir,
+        visible_skills=frozenset(s.folder for s in data.skills(profile)),
     )
     gate = ToolRequestGate(
         snap,
@@ -230,6 +234,25 @@ def call_command(
         if result.is_error and result.error_code is not None:
             click.echo(f"[{result.error_code}]")
         click.echo(result.content)
+
+
+@cli.group()
+def skills() -> None:
+    """The skills library (<data-dir>/skills/<name>/SKILL.md)."""
+
+
+@skills.command("list")
+@_profile_option
+@click.pass_context
+def skills_list(ctx: click.Context, profile_spec: str | None) -> None:
+    """List the skills a profile sees, with their front-matter descriptions."""
+    chosen = _profile(ctx, profile_spec, Scene.CHAT)
+    data = DataRoot(ctx.obj["data_dir"])
+    found = data.skills(chosen)
+    for skill in found:
+        click.echo(f"skills/{skill.folder}/  {skill.name}: {skill.description}".rstrip(": "))
+    if not found:
+        click.echo(f"(no skills in {data.skills_dir})")
 
 
 @cli.group()
