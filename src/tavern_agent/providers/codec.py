@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from tavern_agent.core.arguments import parse_arguments, replay_arguments
+from tavern_agent.core.arguments import MISSING, parse_arguments, replay_arguments
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.naming import NAME_RULES, ModelProtocol, normalize_segment
 from tavern_agent.core.results import AgentToolResult
@@ -177,7 +177,8 @@ def fill_missing_ids(calls: list[RecordedCall], seed: str) -> list[RecordedCall]
             out.append(rc)
             continue
         call = rc.call
-        key = f"{seed}\x00{position}\x00{call.name}\x00{call.raw_arguments!r}"
+        raw = "<missing>" if call.raw_arguments is MISSING else repr(call.raw_arguments)
+        key = f"{seed}\x00{position}\x00{call.name}\x00{raw}"
         digest = hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:20]
         new = ToolCall(f"call_{digest}", call.name, call.raw_arguments)
         out.append(RecordedCall(new, rc.thought_signature, rc.item_id))
