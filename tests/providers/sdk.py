@@ -82,6 +82,8 @@ def _check_gemini(body: Mapping[str, Any]) -> None:
     built.pop("_url", None)
     built.pop("config", None)
     built = _common.encode_unserializable_types(_common.convert_to_dict(built))
+    if "generationConfig" not in body and built.get("generationConfig") == {}:
+        del built["generationConfig"]
     assert _upper_types(built) == _upper_types(json.loads(json.dumps(body)))
 
 

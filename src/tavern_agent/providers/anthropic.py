@@ -115,7 +115,7 @@ class AnthropicCodec:
                     block["is_error"] = True
                 results.append(block)
             add("user", results)
-        if messages and messages[0]["role"] == "assistant":
+        if not messages or messages[0]["role"] == "assistant":
             messages.insert(
                 0, {"role": "user", "content": [{"type": "text", "text": CONTINUE_TEXT}]}
             )

@@ -131,7 +131,7 @@ class GeminiCodec:
                 contents.append({"role": "model", "parts": parts})
             if responses:
                 contents.append({"role": "user", "parts": responses})
-        if contents and contents[0]["role"] == "model":
+        if not contents or contents[0]["role"] == "model":
             contents.insert(0, {"role": "user", "parts": [{"text": CONTINUE_TEXT}]})
         body: dict[str, Any] = {"contents": contents}
         if repaired.system:
