@@ -44,7 +44,7 @@ ID_RULES: dict[ModelProtocol, IdRule] = {
 }
 
 _HASH_CHARS = 10
-_SAFE = "A-Za-z0-9_-"
+_UNSAFE = re.compile("[^A-Za-z0-9_-]")
 _compiled: dict[str, re.Pattern[str]] = {}
 
 
@@ -61,7 +61,7 @@ def _hash(text: str) -> str:
 
 def rewrite_id(call_id: str, rule: IdRule) -> str:
     """A valid id for ``rule`` derived from ``call_id``: safe prefix + hash of the original."""
-    cleaned = re.sub(f"[^{_SAFE}]", "_", call_id).strip("_")
+    cleaned = _UNSAFE.sub("_", call_id).strip("_")
     limit = rule.max_chars if rule.max_chars is not None else 64
     room = limit - _HASH_CHARS - 1
     prefix = cleaned[:room] if cleaned else "call"

@@ -50,8 +50,12 @@ FINISH = {
 }
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def dump_arguments(values: Mapping[str, Any]) -> str:
-    return json.dumps(values, ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON text of an arguments object, as OpenAI history wants it."""
+    return _ENCODER.encode(values)
 
 
 class OpenAIChatCodec:

@@ -10,7 +10,6 @@ sent, since the API makes a tool strict when it is left out.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +31,7 @@ from tavern_agent.providers.codec import (
     wire_schema,
 )
 from tavern_agent.providers.ids import CallIdMap
+from tavern_agent.providers.openai_chat import dump_arguments
 from tavern_agent.providers.repair import Exchange, repair
 from tavern_agent.providers.transcript import (
     AssistantMessage,
@@ -92,9 +92,7 @@ class OpenAIResponsesCodec:
                         "type": "function_call",
                         "call_id": wire_id,
                         "name": replay_name(call, result, snapshot),
-                        "arguments": json.dumps(
-                            replay_object(call), ensure_ascii=False, separators=(",", ":")
-                        ),
+                        "arguments": dump_arguments(replay_object(call)),
                     }
                 )
             for result, wire_id in zip(entry.results, wire_ids, strict=True):
