@@ -35,6 +35,8 @@ $(VENV)/.bench: $(STAMP)
 bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/gate_overhead.py
 	$(BIN)/python benchmarks/toolset_tokens.py
+	$(BIN)/python benchmarks/replay.py
+	$(BIN)/python benchmarks/search.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

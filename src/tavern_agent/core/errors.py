@@ -15,6 +15,7 @@ class ErrorCode(StrEnum):
     # tool: argument and call-shape problems
     TOOL_INVALID_ARGUMENTS = "tool.invalid_arguments"
     TOOL_UNAVAILABLE = "tool.unavailable"
+    TOOL_OUTCOME_UNKNOWN = "tool.outcome_unknown"
     # model: what the model emitted does not fit this snapshot
     MODEL_UNKNOWN_TOOL_CALL = "model.unknown_tool_call"
     MODEL_TOOL_CALL_TRUNCATED = "model.tool_call_truncated"
@@ -64,6 +65,9 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
     ),
     ErrorCode.TOOL_UNAVAILABLE: ErrorInfo(
         True, "The tool was removed or disabled since the snapshot; no action was taken."
+    ),
+    ErrorCode.TOOL_OUTCOME_UNKNOWN: ErrorInfo(
+        True, "No result was recorded for the call (interrupted run); it may have executed."
     ),
     ErrorCode.MODEL_UNKNOWN_TOOL_CALL: ErrorInfo(
         True, "The called name is not in this invocation's tool snapshot."

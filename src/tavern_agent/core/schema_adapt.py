@@ -110,3 +110,71 @@ def _gemini(schema: Mapping[str, Any], defs: Mapping[str, Any], depth: int) -> M
         if any(a is not b for a, b in zip(new_branches, branches, strict=True)):
             edit()["anyOf"] = new_branches
     return out if out is not None else schema
+
+
+class NotStrictCompatible(ValueError):
+    """The schema cannot be expressed in OpenAI strict mode; send it non-strict."""
+
+
+def openai_strict(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The OpenAI strict-mode form of a parameter schema.
+
+    Every object gets ``additionalProperties: false`` and lists every property
+    in ``required``; a property that was optional becomes nullable instead.
+    ``oneOf`` becomes ``anyOf``, ``default`` is dropped and a ``$ref`` loses its
+    sibling keys. Raises :class:`NotStrictCompatible` for what strict mode cannot
+    say: a root that is not an object, open objects, arrays without ``items``.
+    """
+    if schema.get("type", "object") != "object" or "anyOf" in schema or "oneOf" in schema:
+        raise NotStrictCompatible("the root must be a plain object")
+    out = _strict(schema)
+    out.setdefault("type", "object")
+    out.setdefault("properties", {})
+    out.setdefault("required", [])
+    out["additionalProperties"] = False
+    return out
+
+
+def _nullable(node: dict[str, Any]) -> dict[str, Any]:
+    declared = node.get("type")
+    if isinstance(declared, str):
+        return {**node, "type": [declared, "null"]} if declared != "null" else node
+    if isinstance(declared, list):
+        return node if "null" in declared else {**node, "type": [*declared, "null"]}
+    return {"anyOf": [node, {"type": "null"}]}
+
+
+def _strict(node: Any) -> dict[str, Any]:
+    if not isinstance(node, Mapping):
+        raise NotStrictCompatible("a schema node is not an object")
+    if isinstance(node.get("$ref"), str):
+        return {"$ref": node["$ref"]}
+    out = {k: v for k, v in node.items() if k not in ("default", "oneOf")}
+    if "oneOf" in node:
+        out["anyOf"] = node["oneOf"]
+    declared = out.get("type")
+    kinds = declared if isinstance(declared, list) else [declared]
+    if "object" in kinds or "properties" in out:
+        extra = out.get("additionalProperties", False)
+        if extra is not False:
+            raise NotStrictCompatible("open objects (additionalProperties) are not allowed")
+        props = out.get("properties") or {}
+        required = set(out.get("required") or ())
+        new_props: dict[str, Any] = {}
+        for key, sub in props.items():
+            strict_sub = _strict(sub)
+            new_props[key] = strict_sub if key in required else _nullable(strict_sub)
+        out["properties"] = new_props
+        out["required"] = list(new_props)
+        out["additionalProperties"] = False
+    if "array" in kinds and not isinstance(out.get("items"), Mapping):
+        raise NotStrictCompatible("arrays need an items schema")
+    if isinstance(out.get("items"), Mapping):
+        out["items"] = _strict(out["items"])
+    if isinstance(out.get("anyOf"), list):
+        out["anyOf"] = [_strict(b) for b in out["anyOf"]]
+    for defs_key in ("$defs", "definitions"):
+        defs = out.get(defs_key)
+        if isinstance(defs, Mapping):
+            out[defs_key] = {k: _strict(v) for k, v in defs.items()}
+    return out

@@ -1,0 +1,227 @@
+"""Anthropic Messages: ``tools``/``tool_choice``, ``tool_use`` blocks, ``tool_result`` blocks.
+
+Calls are content blocks ``{type: "tool_use", id, name, input: <object>}``;
+streamed, ``input_json_delta`` fragments are joined and kept as the raw text
+(only empty fragments: the input stays the ``{}`` of ``content_block_start``).
+History puts every ``tool_result`` first in the next user message, with
+``is_error`` on errors; ids outside ``[a-zA-Z0-9_-]`` are rewritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tavern_agent.core.arguments import MISSING
+from tavern_agent.core.calls import ToolCall
+from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.providers.codec import (
+    AUTO,
+    CONTINUE_TEXT,
+    EncodedHistory,
+    ToolChoice,
+    check_protocol,
+    fill_missing_ids,
+    replay_name,
+    replay_object,
+    resolve_choice,
+    wire_schema,
+)
+from tavern_agent.providers.ids import CallIdMap
+from tavern_agent.providers.repair import Exchange, repair
+from tavern_agent.providers.transcript import (
+    AssistantMessage,
+    DecodedResponse,
+    FinishReason,
+    RecordedCall,
+    Transcript,
+)
+from tavern_agent.tools.snapshot import ToolSnapshot
+
+STOP = {
+    "end_turn": FinishReason.STOP,
+    "stop_sequence": FinishReason.STOP,
+    "tool_use": FinishReason.TOOL_CALLS,
+    "max_tokens": FinishReason.LENGTH,
+    "model_context_window_exceeded": FinishReason.LENGTH,
+    "refusal": FinishReason.CONTENT_FILTER,
+}
+_CHOICE = {"auto": "auto", "none": "none", "required": "any"}
+
+
+class AnthropicCodec:
+    protocol = ModelProtocol.ANTHROPIC
+
+    def encode_tools(
+        self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
+    ) -> dict[str, Any]:
+        """``strict`` is an OpenAI option and is ignored here."""
+        check_protocol(snapshot, self.protocol)
+        if not snapshot.bindings:
+            return {}
+        tools = [
+            {
+                "name": b.model_name,
+                "description": b.descriptor.description,
+                "input_schema": {"type": "object", **wire_schema(b, self.protocol)},
+            }
+            for b in snapshot.bindings
+        ]
+        named = resolve_choice(snapshot, choice)
+        tool_choice = {"type": "tool", "name": named} if named else {"type": _CHOICE[choice.mode]}
+        return {"tools": tools, "tool_choice": tool_choice}
+
+    def encode_history(self, transcript: Transcript, snapshot: ToolSnapshot) -> EncodedHistory:
+        check_protocol(snapshot, self.protocol)
+        repaired = repair(transcript)
+        ids = CallIdMap(self.protocol)
+        messages: list[dict[str, Any]] = []
+
+        def add(role: str, blocks: list[dict[str, Any]]) -> None:
+            if not blocks:
+                return
+            if messages and messages[-1]["role"] == role:
+                messages[-1]["content"].extend(blocks)
+            else:
+                messages.append({"role": role, "content": blocks})
+
+        for entry in repaired.entries:
+            if not isinstance(entry, Exchange):
+                if entry.text:
+                    add("user", [{"type": "text", "text": entry.text}])
+                continue
+            message = entry.message
+            blocks: list[dict[str, Any]] = []
+            if message.text:
+                blocks.append({"type": "text", "text": message.text})
+            wire_ids = [ids.wire(c.call_id) for c in message.calls]
+            for call, result, wire_id in zip(message.calls, entry.results, wire_ids, strict=True):
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": wire_id,
+                        "name": replay_name(call, result, snapshot),
+                        "input": replay_object(call),
+                    }
+                )
+            add("assistant", blocks)
+            results: list[dict[str, Any]] = []
+            for result, wire_id in zip(entry.results, wire_ids, strict=True):
+                block: dict[str, Any] = {"type": "tool_result", "tool_use_id": wire_id}
+                if result.content:
+                    block["content"] = result.content
+                if result.is_error:
+                    block["is_error"] = True
+                results.append(block)
+            add("user", results)
+        if not messages or messages[0]["role"] == "assistant":
+            messages.insert(
+                0, {"role": "user", "content": [{"type": "text", "text": CONTINUE_TEXT}]}
+            )
+        body: dict[str, Any] = {"messages": messages}
+        if repaired.system:
+            body["system"] = repaired.system
+        return EncodedHistory(body, ids, repaired)
+
+    def build_request(
+        self,
+        model: str,
+        transcript: Transcript,
+        snapshot: ToolSnapshot,
+        choice: ToolChoice = AUTO,
+        *,
+        strict: bool = False,
+        max_tokens: int = 4096,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
+        body.update(self.encode_history(transcript, snapshot).body)
+        body.update(self.encode_tools(snapshot, choice, strict=strict))
+        return body
+
+    def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
+        text: list[str] = []
+        calls: list[RecordedCall] = []
+        for block in body.get("content") or ():
+            if block.get("type") == "text":
+                text.append(block.get("text", ""))
+            elif block.get("type") == "tool_use":
+                raw = block.get("input", MISSING)
+                calls.append(
+                    RecordedCall(ToolCall(block.get("id") or "", block.get("name", ""), raw))
+                )
+        return _decoded(body, "".join(text), calls, body.get("stop_reason"), body.get("usage"))
+
+    def stream_decoder(self) -> AnthropicStream:
+        return AnthropicStream()
+
+
+def _decoded(
+    message: Mapping[str, Any],
+    text: str,
+    calls: list[RecordedCall],
+    raw_finish: str | None,
+    usage: Any,
+) -> DecodedResponse:
+    finish = STOP.get(raw_finish or "", FinishReason.OTHER)
+    calls = fill_missing_ids(calls, str(message.get("id", "")))
+    return DecodedResponse(AssistantMessage(text, tuple(calls), finish), raw_finish, usage or {})
+
+
+@dataclass
+class _Block:
+    kind: str
+    call_id: str = ""
+    name: str = ""
+    start_input: Any = MISSING
+    fragments: list[str] = field(default_factory=list)
+
+    def raw_arguments(self) -> Any:
+        joined = "".join(self.fragments)
+        return joined if joined.strip() else self.start_input
+
+
+@dataclass
+class AnthropicStream:
+    """Joins Messages stream events; ``input_json_delta`` fragments per block index."""
+
+    message: Mapping[str, Any] = field(default_factory=dict)
+    blocks: dict[int, _Block] = field(default_factory=dict)
+    text: list[str] = field(default_factory=list)
+    stop_reason: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "message_start":
+            self.message = event.get("message") or {}
+            self.usage.update(self.message.get("usage") or {})
+        elif kind == "content_block_start":
+            block = event.get("content_block") or {}
+            self.blocks[int(event.get("index", 0))] = _Block(
+                block.get("type", ""),
+                block.get("id") or "",
+                block.get("name", ""),
+                block.get("input", MISSING),
+            )
+            if block.get("type") == "text" and block.get("text"):
+                self.text.append(block["text"])
+        elif kind == "content_block_delta":
+            delta = event.get("delta") or {}
+            target = self.blocks.get(int(event.get("index", 0)))
+            if delta.get("type") == "text_delta":
+                self.text.append(delta.get("text", ""))
+            elif delta.get("type") == "input_json_delta" and target is not None:
+                target.fragments.append(delta.get("partial_json", ""))
+        elif kind == "message_delta":
+            delta = event.get("delta") or {}
+            self.stop_reason = delta.get("stop_reason") or self.stop_reason
+            self.usage.update(event.get("usage") or {})
+
+    def result(self) -> DecodedResponse:
+        calls = [
+            RecordedCall(ToolCall(b.call_id, b.name, b.raw_arguments()))
+            for _, b in sorted(self.blocks.items())
+            if b.kind == "tool_use"
+        ]
+        return _decoded(self.message, "".join(self.text), calls, self.stop_reason, self.usage)

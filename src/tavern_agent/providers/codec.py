@@ -1,0 +1,185 @@
+"""What every protocol codec does, and the rules they share.
+
+A codec encodes the snapshot's tools and a tool choice, decodes a response
+(whole or streamed) into a :class:`DecodedResponse`, and encodes a repaired
+transcript as that protocol's history. Arguments are replayed through
+:func:`~tavern_agent.core.arguments.replay_arguments` only (R3.4): a valid
+object as it was, an invalid one as ``{}``; the paired error result carries the
+reason and the transcript keeps the raw text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from tavern_agent.core.arguments import MISSING, parse_arguments, replay_arguments
+from tavern_agent.core.calls import ToolCall
+from tavern_agent.core.naming import NAME_RULES, ModelProtocol, normalize_segment
+from tavern_agent.core.results import AgentToolResult
+from tavern_agent.core.schema_adapt import NotStrictCompatible, adapt_parameters, openai_strict
+from tavern_agent.providers.ids import CallIdMap
+from tavern_agent.providers.repair import RepairedHistory
+from tavern_agent.providers.transcript import DecodedResponse, RecordedCall, Transcript
+from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
+
+ChoiceMode = Literal["auto", "none", "required", "named"]
+CONTINUE_TEXT = "Continue."
+"""User text put first when a history starts with the assistant (Anthropic, Gemini)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChoice:
+    """Whether and which tool the model must call: auto, none, required or one named tool."""
+
+    mode: ChoiceMode = "auto"
+    name: str | None = None  # a model name or ToolId, for mode "named"
+
+    @classmethod
+    def named(cls, name: str) -> ToolChoice:
+        return cls("named", name)
+
+
+AUTO = ToolChoice()
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedHistory:
+    """A protocol's history fragment of a request body, and how it was made."""
+
+    body: dict[str, Any]
+    ids: CallIdMap
+    repaired: RepairedHistory
+
+
+class StreamDecoder(Protocol):
+    def feed(self, event: Mapping[str, Any]) -> None:
+        """Take one streamed event (a chunk) as the provider sent it, as JSON."""
+
+    def result(self) -> DecodedResponse:
+        """The response so far; call after the last event."""
+
+
+class Codec(Protocol):
+    protocol: ModelProtocol
+
+    def encode_tools(
+        self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
+    ) -> dict[str, Any]:
+        """The tools (and tool choice) fields of a request body."""
+
+    def encode_history(self, transcript: Transcript, snapshot: ToolSnapshot) -> EncodedHistory:
+        """Repair the transcript, then spell it as this protocol's history fields."""
+
+    def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
+        """A whole (non-streamed) response body."""
+
+    def stream_decoder(self) -> StreamDecoder:
+        """A fresh decoder for one streamed response."""
+
+    def build_request(
+        self,
+        model: str,
+        transcript: Transcript,
+        snapshot: ToolSnapshot,
+        choice: ToolChoice = AUTO,
+        *,
+        strict: bool = False,
+        max_tokens: int = 4096,
+    ) -> dict[str, Any]:
+        """A complete request body (no network)."""
+
+
+# ---------------------------------------------------------------- shared rules
+
+
+def replay_object(call: RecordedCall) -> dict[str, Any]:
+    """The arguments object to send back for a call (``{}`` when they were invalid)."""
+    return replay_arguments(parse_arguments(call.call.raw_arguments))
+
+
+def check_protocol(snapshot: ToolSnapshot, protocol: ModelProtocol) -> None:
+    if snapshot.protocol is not protocol:
+        raise ValueError(
+            f"snapshot {snapshot.id} was built for {snapshot.protocol.value}, not {protocol.value}"
+        )
+
+
+def wire_schema(binding: ToolBinding, protocol: ModelProtocol) -> dict[str, Any]:
+    """The binding's parameter schema for ``protocol``, as a fresh dict."""
+    return dict(adapt_parameters(binding.parameters, protocol) or {"type": "object"})
+
+
+def strict_schema(binding: ToolBinding) -> dict[str, Any] | None:
+    """OpenAI strict form of the binding's schema, or None when it cannot be strict."""
+    try:
+        return openai_strict(binding.parameters)
+    except NotStrictCompatible:
+        return None
+
+
+def resolve_choice(snapshot: ToolSnapshot, choice: ToolChoice) -> str | None:
+    """The model name for a named choice (given as model name or ToolId)."""
+    if choice.mode != "named":
+        return None
+    if choice.name is None:
+        raise ValueError("a named tool choice needs a name")
+    if snapshot.by_name(choice.name) is not None:
+        return choice.name
+    try:
+        found = snapshot.name_of(choice.name)
+    except ValueError:
+        found = None
+    if found is None:
+        raise ValueError(f"tool choice {choice.name!r} is not in snapshot {snapshot.id}")
+    return found
+
+
+def replay_name(call: RecordedCall, result: AgentToolResult, snapshot: ToolSnapshot) -> str:
+    """The name to replay a call under: this snapshot's name for the tool when it
+    still has it, else the recorded name when the protocol accepts it, else a
+    normalised form (tools that are gone still replay)."""
+    if result.tool_id is not None:
+        current = snapshot.name_of(result.tool_id)
+        if current is not None:
+            return current
+    rule = NAME_RULES[snapshot.protocol]
+    name = call.name if isinstance(call.name, str) else str(call.name)
+    if rule.accepts(name):
+        return name
+    fixed = normalize_segment(name, rule)
+    if not re.match(f"[{rule.first}]", fixed):
+        fixed = "_" + fixed
+    if len(fixed) > rule.max_chars:
+        digest = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        fixed = fixed[: rule.max_chars - 9] + "_" + digest
+    return fixed
+
+
+def result_text(result: AgentToolResult) -> str:
+    """A result's model text for protocols without an error flag: errors say so first."""
+    return f"Error: {result.content}" if result.is_error else result.content
+
+
+def fill_missing_ids(calls: list[RecordedCall], seed: str) -> list[RecordedCall]:
+    """Give calls the provider sent without an id a stable one.
+
+    The id hashes ``seed`` (a response id, or the response text), the call's
+    position, name and raw arguments: decoding the same response twice gives
+    the same ids, and different calls get different ones.
+    """
+    out = []
+    for position, rc in enumerate(calls):
+        if rc.call_id:
+            out.append(rc)
+            continue
+        call = rc.call
+        raw = "<missing>" if call.raw_arguments is MISSING else repr(call.raw_arguments)
+        key = f"{seed}\x00{position}\x00{call.name}\x00{raw}"
+        digest = hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+        new = ToolCall(f"call_{digest}", call.name, call.raw_arguments)
+        out.append(RecordedCall(new, rc.thought_signature, rc.item_id))
+    return out

@@ -1,0 +1,204 @@
+"""Gemini (``generateContent``, REST JSON): function declarations, ``functionCall`` and
+``functionResponse`` parts.
+
+Calls are parts ``{functionCall: {id?, name, args?}, thoughtSignature?}``: the
+Developer API often sends no ``id`` (a stable one is made from the response)
+and no ``args`` for a call without arguments. History echoes each
+``thoughtSignature`` exactly; a call turn from another provider carries the
+documented placeholder on its first call. Results follow as
+``functionResponse`` parts, one per call, ``response: {output}`` or ``{error}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tavern_agent.core.arguments import MISSING
+from tavern_agent.core.calls import ToolCall
+from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.providers.codec import (
+    AUTO,
+    CONTINUE_TEXT,
+    EncodedHistory,
+    ToolChoice,
+    check_protocol,
+    fill_missing_ids,
+    replay_name,
+    replay_object,
+    resolve_choice,
+    wire_schema,
+)
+from tavern_agent.providers.ids import CallIdMap
+from tavern_agent.providers.repair import Exchange, repair
+from tavern_agent.providers.transcript import (
+    AssistantMessage,
+    DecodedResponse,
+    FinishReason,
+    RecordedCall,
+    Transcript,
+)
+from tavern_agent.tools.snapshot import ToolSnapshot
+
+SKIP_SIGNATURE = "skip_thought_signature_validator"
+"""Google's documented placeholder for calls that have no thought signature."""
+
+FINISH = {
+    "STOP": FinishReason.STOP,
+    "MAX_TOKENS": FinishReason.LENGTH,
+    "MALFORMED_FUNCTION_CALL": FinishReason.MALFORMED,
+    "UNEXPECTED_TOOL_CALL": FinishReason.MALFORMED,
+    "TOO_MANY_TOOL_CALLS": FinishReason.MALFORMED,
+    "SAFETY": FinishReason.CONTENT_FILTER,
+    "RECITATION": FinishReason.CONTENT_FILTER,
+    "BLOCKLIST": FinishReason.CONTENT_FILTER,
+    "PROHIBITED_CONTENT": FinishReason.CONTENT_FILTER,
+    "SPII": FinishReason.CONTENT_FILTER,
+}
+_MODE = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
+
+
+class GeminiCodec:
+    protocol = ModelProtocol.GEMINI
+
+    def encode_tools(
+        self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
+    ) -> dict[str, Any]:
+        """``strict`` is an OpenAI option and is ignored here."""
+        check_protocol(snapshot, self.protocol)
+        if not snapshot.bindings:
+            return {}
+        declarations = []
+        for b in snapshot.bindings:
+            declaration: dict[str, Any] = {
+                "name": b.model_name,
+                "description": b.descriptor.description,
+            }
+            schema = wire_schema(b, self.protocol)
+            if schema.get("properties"):  # an empty OBJECT is refused; leave it out
+                declaration["parameters"] = schema
+            declarations.append(declaration)
+        named = resolve_choice(snapshot, choice)
+        config: dict[str, Any] = {"mode": "ANY" if named else _MODE[choice.mode]}
+        if named:
+            config["allowedFunctionNames"] = [named]
+        return {
+            "tools": [{"functionDeclarations": declarations}],
+            "toolConfig": {"functionCallingConfig": config},
+        }
+
+    def encode_history(self, transcript: Transcript, snapshot: ToolSnapshot) -> EncodedHistory:
+        check_protocol(snapshot, self.protocol)
+        repaired = repair(transcript)
+        ids = CallIdMap(self.protocol)
+        contents: list[dict[str, Any]] = []
+        for entry in repaired.entries:
+            if not isinstance(entry, Exchange):
+                if entry.text:
+                    contents.append({"role": "user", "parts": [{"text": entry.text}]})
+                continue
+            message = entry.message
+            parts: list[dict[str, Any]] = []
+            if message.text:
+                parts.append({"text": message.text})
+            signed = any(c.thought_signature for c in message.calls)
+            responses: list[dict[str, Any]] = []
+            for n, (call, result) in enumerate(zip(message.calls, entry.results, strict=True)):
+                wire_id = ids.wire(call.call_id)
+                name = replay_name(call, result, snapshot)
+                part: dict[str, Any] = {
+                    "functionCall": {"id": wire_id, "name": name, "args": replay_object(call)}
+                }
+                if call.thought_signature:
+                    part["thoughtSignature"] = call.thought_signature
+                elif not signed and n == 0:
+                    part["thoughtSignature"] = SKIP_SIGNATURE
+                parts.append(part)
+                key = "error" if result.is_error else "output"
+                responses.append(
+                    {
+                        "functionResponse": {
+                            "id": wire_id,
+                            "name": name,
+                            "response": {key: result.content},
+                        }
+                    }
+                )
+            if parts:
+                contents.append({"role": "model", "parts": parts})
+            if responses:
+                contents.append({"role": "user", "parts": responses})
+        if not contents or contents[0]["role"] == "model":
+            contents.insert(0, {"role": "user", "parts": [{"text": CONTINUE_TEXT}]})
+        body: dict[str, Any] = {"contents": contents}
+        if repaired.system:
+            body["systemInstruction"] = {"parts": [{"text": repaired.system}]}
+        return EncodedHistory(body, ids, repaired)
+
+    def build_request(
+        self,
+        model: str,
+        transcript: Transcript,
+        snapshot: ToolSnapshot,
+        choice: ToolChoice = AUTO,
+        *,
+        strict: bool = False,
+        max_tokens: int = 4096,
+    ) -> dict[str, Any]:
+        """The ``generateContent`` body; ``model`` goes in the URL, not the body."""
+        body: dict[str, Any] = self.encode_history(transcript, snapshot).body
+        body.update(self.encode_tools(snapshot, choice, strict=strict))
+        body["generationConfig"] = {"maxOutputTokens": max_tokens}
+        return body
+
+    def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
+        stream = GeminiStream()
+        stream.feed(body)
+        return stream.result()
+
+    def stream_decoder(self) -> GeminiStream:
+        return GeminiStream()
+
+
+@dataclass
+class GeminiStream:
+    """Joins ``generateContent`` chunks; each call arrives whole in one chunk."""
+
+    text: list[str] = field(default_factory=list)
+    calls: list[RecordedCall] = field(default_factory=list)
+    finish: str | None = None
+    response_id: str = ""
+    digest: Any = field(default_factory=hashlib.sha1)
+    usage: Mapping[str, Any] = field(default_factory=dict)
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        self.response_id = self.response_id or str(event.get("responseId") or "")
+        self.digest.update(json.dumps(event, sort_keys=True, default=str).encode())
+        self.usage = event.get("usageMetadata") or self.usage
+        candidates = event.get("candidates") or ()
+        if not candidates:
+            return
+        candidate = candidates[0]
+        for part in (candidate.get("content") or {}).get("parts") or ():
+            if "functionCall" in part:
+                fc = part["functionCall"] or {}
+                raw = fc.get("args", MISSING)
+                call = ToolCall(fc.get("id") or "", fc.get("name", ""), raw)
+                self.calls.append(RecordedCall(call, part.get("thoughtSignature")))
+            elif "text" in part and not part.get("thought"):
+                self.text.append(part["text"])
+        if candidate.get("finishReason"):
+            self.finish = candidate["finishReason"]
+
+    def result(self) -> DecodedResponse:
+        finish = FINISH.get(self.finish or "", FinishReason.OTHER)
+        if finish is FinishReason.STOP and self.calls:
+            finish = FinishReason.TOOL_CALLS
+        seed = self.response_id or self.digest.hexdigest()
+        calls = fill_missing_ids(self.calls, seed)
+        return DecodedResponse(
+            AssistantMessage("".join(self.text), tuple(calls), finish), self.finish, self.usage
+        )

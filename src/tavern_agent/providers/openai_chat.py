@@ -1,0 +1,223 @@
+"""OpenAI Chat Completions: ``tools``/``tool_choice``, ``message.tool_calls``, ``tool`` messages.
+
+Calls arrive as ``{id, type: "function", function: {name, arguments: <JSON text>}}``;
+streamed, ``delta.tool_calls[]`` fragments are joined by ``index``. History
+replays each call with its arguments re-encoded from the object (``"{}"`` when
+invalid), followed by one ``{"role": "tool", tool_call_id}`` message per call.
+History ids longer than 40 characters are rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tavern_agent.core.arguments import MISSING
+from tavern_agent.core.calls import ToolCall
+from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.providers.codec import (
+    AUTO,
+    EncodedHistory,
+    ToolChoice,
+    check_protocol,
+    fill_missing_ids,
+    replay_name,
+    replay_object,
+    resolve_choice,
+    result_text,
+    strict_schema,
+    wire_schema,
+)
+from tavern_agent.providers.ids import CallIdMap
+from tavern_agent.providers.repair import Exchange, repair
+from tavern_agent.providers.transcript import (
+    AssistantMessage,
+    DecodedResponse,
+    FinishReason,
+    RecordedCall,
+    Transcript,
+)
+from tavern_agent.tools.snapshot import ToolSnapshot
+
+FINISH = {
+    "stop": FinishReason.STOP,
+    "tool_calls": FinishReason.TOOL_CALLS,
+    "function_call": FinishReason.TOOL_CALLS,
+    "length": FinishReason.LENGTH,
+    "content_filter": FinishReason.CONTENT_FILTER,
+}
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def dump_arguments(values: Mapping[str, Any]) -> str:
+    """Compact JSON text of an arguments object, as OpenAI history wants it."""
+    return _ENCODER.encode(values)
+
+
+class OpenAIChatCodec:
+    protocol = ModelProtocol.OPENAI_CHAT
+
+    # ------------------------------------------------------------ tools
+
+    def encode_tools(
+        self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
+    ) -> dict[str, Any]:
+        check_protocol(snapshot, self.protocol)
+        if not snapshot.bindings:
+            return {}
+        tools = []
+        for b in snapshot.bindings:
+            function: dict[str, Any] = {
+                "name": b.model_name,
+                "description": b.descriptor.description,
+            }
+            strict_form = strict_schema(b) if strict else None
+            if strict_form is not None:
+                function["parameters"] = strict_form
+                function["strict"] = True
+            else:
+                function["parameters"] = wire_schema(b, self.protocol)
+            tools.append({"type": "function", "function": function})
+        named = resolve_choice(snapshot, choice)
+        tool_choice: Any = (
+            {"type": "function", "function": {"name": named}} if named is not None else choice.mode
+        )
+        return {"tools": tools, "tool_choice": tool_choice}
+
+    # ------------------------------------------------------------ history
+
+    def encode_history(self, transcript: Transcript, snapshot: ToolSnapshot) -> EncodedHistory:
+        check_protocol(snapshot, self.protocol)
+        repaired = repair(transcript)
+        ids = CallIdMap(self.protocol)
+        messages: list[dict[str, Any]] = []
+        if repaired.system:
+            messages.append({"role": "system", "content": repaired.system})
+        for entry in repaired.entries:
+            if not isinstance(entry, Exchange):
+                messages.append({"role": "user", "content": entry.text})
+                continue
+            message, results = entry.message, entry.results
+            assistant: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+            if not message.calls:
+                assistant["content"] = message.text
+                messages.append(assistant)
+                continue
+            wire_ids = [ids.wire(c.call_id) for c in message.calls]
+            assistant["tool_calls"] = [
+                {
+                    "id": wire_id,
+                    "type": "function",
+                    "function": {
+                        "name": replay_name(call, result, snapshot),
+                        "arguments": dump_arguments(replay_object(call)),
+                    },
+                }
+                for call, result, wire_id in zip(message.calls, results, wire_ids, strict=True)
+            ]
+            messages.append(assistant)
+            for result, wire_id in zip(results, wire_ids, strict=True):
+                messages.append(
+                    {"role": "tool", "tool_call_id": wire_id, "content": result_text(result)}
+                )
+        return EncodedHistory({"messages": messages}, ids, repaired)
+
+    def build_request(
+        self,
+        model: str,
+        transcript: Transcript,
+        snapshot: ToolSnapshot,
+        choice: ToolChoice = AUTO,
+        *,
+        strict: bool = False,
+        max_tokens: int = 4096,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model, "max_completion_tokens": max_tokens}
+        body.update(self.encode_history(transcript, snapshot).body)
+        body.update(self.encode_tools(snapshot, choice, strict=strict))
+        return body
+
+    # ------------------------------------------------------------ responses
+
+    def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
+        choice = body["choices"][0]
+        message = choice.get("message") or {}
+        calls = []
+        for tc in message.get("tool_calls") or ():
+            function = tc.get("function") or {}
+            raw = function.get("arguments", MISSING)
+            calls.append(RecordedCall(ToolCall(tc.get("id") or "", function.get("name", ""), raw)))
+        raw_finish = choice.get("finish_reason")
+        return _decoded(message.get("content") or "", calls, raw_finish, body.get("usage"))
+
+    def stream_decoder(self) -> OpenAIChatStream:
+        return OpenAIChatStream()
+
+
+@dataclass
+class _Partial:
+    call_id: str = ""
+    name: str = ""
+    fragments: list[str] = field(default_factory=list)
+    raw: Any = MISSING
+
+    def raw_arguments(self) -> Any:
+        if self.raw is not MISSING:
+            return self.raw
+        return "".join(self.fragments) if self.fragments else MISSING
+
+
+@dataclass
+class OpenAIChatStream:
+    """Joins ``chat.completion.chunk`` deltas; tool calls by ``index``."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _Partial] = field(default_factory=dict)
+    finish: str | None = None
+    usage: Mapping[str, Any] | None = None
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        if event.get("usage"):
+            self.usage = event["usage"]
+        for choice in event.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self.text.append(delta["content"])
+            for tc in delta.get("tool_calls") or ():
+                part = self.calls.setdefault(int(tc.get("index", 0)), _Partial())
+                if tc.get("id"):
+                    part.call_id = tc["id"]
+                function = tc.get("function") or {}
+                if function.get("name"):
+                    part.name += function["name"]
+                if "arguments" in function:
+                    fragment = function["arguments"]
+                    if isinstance(fragment, str):
+                        part.fragments.append(fragment)
+                    elif fragment is not None or not part.fragments:
+                        part.raw = fragment  # an object (some local servers) or null
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+
+    def result(self) -> DecodedResponse:
+        calls = [
+            RecordedCall(ToolCall(p.call_id, p.name, p.raw_arguments()))
+            for _, p in sorted(self.calls.items())
+        ]
+        return _decoded("".join(self.text), calls, self.finish, self.usage)
+
+
+def _decoded(
+    text: str, calls: list[RecordedCall], raw_finish: str | None, usage: Any
+) -> DecodedResponse:
+    calls = fill_missing_ids(calls, raw_finish or "")
+    finish = FINISH.get(raw_finish or "", FinishReason.OTHER)
+    if finish is FinishReason.STOP and calls:
+        finish = FinishReason.TOOL_CALLS
+    return DecodedResponse(AssistantMessage(text, tuple(calls), finish), raw_finish, usage or {})

@@ -1,0 +1,222 @@
+"""OpenAI Responses: function tools, ``function_call`` items, ``function_call_output`` items.
+
+Calls are output items ``{type: "function_call", id: "fc_…", call_id, name,
+arguments: <JSON text>}``, paired by ``call_id``; streamed, argument deltas
+arrive per item and ``.done`` carries the whole text. History replays calls
+without their ``fc_`` item id (which would demand the reasoning item it came
+with) and follows each with a ``function_call_output``. ``strict`` is always
+sent, since the API makes a tool strict when it is left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tavern_agent.core.arguments import MISSING
+from tavern_agent.core.calls import ToolCall
+from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.providers.codec import (
+    AUTO,
+    EncodedHistory,
+    ToolChoice,
+    check_protocol,
+    fill_missing_ids,
+    replay_name,
+    replay_object,
+    resolve_choice,
+    result_text,
+    strict_schema,
+    wire_schema,
+)
+from tavern_agent.providers.ids import CallIdMap
+from tavern_agent.providers.openai_chat import dump_arguments
+from tavern_agent.providers.repair import Exchange, repair
+from tavern_agent.providers.transcript import (
+    AssistantMessage,
+    DecodedResponse,
+    FinishReason,
+    RecordedCall,
+    Transcript,
+)
+from tavern_agent.tools.snapshot import ToolSnapshot
+
+INCOMPLETE = {
+    "max_output_tokens": FinishReason.LENGTH,
+    "content_filter": FinishReason.CONTENT_FILTER,
+}
+
+
+class OpenAIResponsesCodec:
+    protocol = ModelProtocol.OPENAI_RESPONSES
+
+    def encode_tools(
+        self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
+    ) -> dict[str, Any]:
+        check_protocol(snapshot, self.protocol)
+        if not snapshot.bindings:
+            return {}
+        tools = []
+        for b in snapshot.bindings:
+            strict_form = strict_schema(b) if strict else None
+            tools.append(
+                {
+                    "type": "function",
+                    "name": b.model_name,
+                    "description": b.descriptor.description,
+                    "parameters": strict_form or wire_schema(b, self.protocol),
+                    "strict": strict_form is not None,
+                }
+            )
+        named = resolve_choice(snapshot, choice)
+        tool_choice: Any = {"type": "function", "name": named} if named else choice.mode
+        return {"tools": tools, "tool_choice": tool_choice}
+
+    def encode_history(self, transcript: Transcript, snapshot: ToolSnapshot) -> EncodedHistory:
+        check_protocol(snapshot, self.protocol)
+        repaired = repair(transcript)
+        ids = CallIdMap(self.protocol)
+        items: list[dict[str, Any]] = []
+        for entry in repaired.entries:
+            if not isinstance(entry, Exchange):
+                items.append({"role": "user", "content": entry.text})
+                continue
+            message = entry.message
+            if message.text or not message.calls:
+                items.append({"role": "assistant", "content": message.text})
+            wire_ids = [ids.wire(c.call_id) for c in message.calls]
+            for call, result, wire_id in zip(message.calls, entry.results, wire_ids, strict=True):
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": wire_id,
+                        "name": replay_name(call, result, snapshot),
+                        "arguments": dump_arguments(replay_object(call)),
+                    }
+                )
+            for result, wire_id in zip(entry.results, wire_ids, strict=True):
+                items.append(
+                    {
+                        "type": "function_call_output",
+                        "call_id": wire_id,
+                        "output": result_text(result),
+                    }
+                )
+        body: dict[str, Any] = {"input": items}
+        if repaired.system:
+            body["instructions"] = repaired.system
+        return EncodedHistory(body, ids, repaired)
+
+    def build_request(
+        self,
+        model: str,
+        transcript: Transcript,
+        snapshot: ToolSnapshot,
+        choice: ToolChoice = AUTO,
+        *,
+        strict: bool = False,
+        max_tokens: int = 4096,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model, "max_output_tokens": max_tokens}
+        body.update(self.encode_history(transcript, snapshot).body)
+        body.update(self.encode_tools(snapshot, choice, strict=strict))
+        return body
+
+    def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
+        text: list[str] = []
+        calls: list[RecordedCall] = []
+        for item in body.get("output") or ():
+            kind = item.get("type")
+            if kind == "message":
+                for part in item.get("content") or ():
+                    if part.get("type") == "output_text":
+                        text.append(part.get("text", ""))
+            elif kind == "function_call":
+                calls.append(_call(item))
+        return _decoded(body, "".join(text), calls)
+
+    def stream_decoder(self) -> OpenAIResponsesStream:
+        return OpenAIResponsesStream()
+
+
+def _call(item: Mapping[str, Any]) -> RecordedCall:
+    raw = item.get("arguments", MISSING)
+    return RecordedCall(
+        ToolCall(item.get("call_id") or "", item.get("name", ""), raw), item_id=item.get("id")
+    )
+
+
+def _decoded(response: Mapping[str, Any], text: str, calls: list[RecordedCall]) -> DecodedResponse:
+    status = response.get("status")
+    reason = (response.get("incomplete_details") or {}).get("reason")
+    if status == "incomplete":
+        finish = INCOMPLETE.get(reason or "", FinishReason.OTHER)
+    elif status in ("failed", "cancelled"):
+        finish = FinishReason.OTHER
+    else:
+        finish = FinishReason.TOOL_CALLS if calls else FinishReason.STOP
+    calls = fill_missing_ids(calls, str(response.get("id", "")))
+    return DecodedResponse(
+        AssistantMessage(text, tuple(calls), finish),
+        reason or status,
+        response.get("usage") or {},
+    )
+
+
+@dataclass
+class _Partial:
+    call_id: str
+    name: str
+    item_id: str | None
+    fragments: list[str] = field(default_factory=list)
+    final: Any = MISSING
+
+    def recorded(self) -> RecordedCall:
+        raw = self.final if self.final is not MISSING else "".join(self.fragments)
+        return RecordedCall(ToolCall(self.call_id, self.name, raw), item_id=self.item_id)
+
+
+@dataclass
+class OpenAIResponsesStream:
+    """Joins Responses stream events; calls keyed by item, reported by ``call_id``."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[str, _Partial] = field(default_factory=dict)
+    order: dict[str, int] = field(default_factory=dict)
+    response: Mapping[str, Any] = field(default_factory=dict)
+
+    def _partial(self, item: Mapping[str, Any], index: int) -> _Partial:
+        key = item.get("id") or item.get("call_id") or f"#{index}"
+        part = self.calls.get(key)
+        if part is None:
+            part = self.calls[key] = _Partial(
+                item.get("call_id") or "", item.get("name", ""), item.get("id")
+            )
+            self.order[key] = index
+        return part
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "response.output_text.delta":
+            self.text.append(event.get("delta", ""))
+        elif kind in ("response.output_item.added", "response.output_item.done"):
+            item = event.get("item") or {}
+            if item.get("type") == "function_call":
+                part = self._partial(item, int(event.get("output_index", len(self.calls))))
+                if kind == "response.output_item.done" and "arguments" in item:
+                    part.final = item["arguments"]
+        elif kind == "response.function_call_arguments.delta":
+            pending = self.calls.get(event.get("item_id", ""))
+            if pending is not None:
+                pending.fragments.append(event.get("delta", ""))
+        elif kind == "response.function_call_arguments.done":
+            pending = self.calls.get(event.get("item_id", ""))
+            if pending is not None and "arguments" in event:
+                pending.final = event["arguments"]
+        elif kind in ("response.completed", "response.incomplete", "response.failed"):
+            self.response = event.get("response") or {}
+
+    def result(self) -> DecodedResponse:
+        keys = sorted(self.calls, key=lambda k: self.order[k])
+        return _decoded(self.response, "".join(self.text), [self.calls[k].recorded() for k in keys])

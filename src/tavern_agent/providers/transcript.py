@@ -1,0 +1,229 @@
+"""The canonical, provider-neutral transcript of an invocation.
+
+It records what happened, never what a provider needs: assistant text, tool
+calls with their wire arguments exactly as received (an invalid JSON text stays
+as it was), and the :class:`AgentToolResult` of each call. Codecs turn it into
+each protocol's history; :mod:`tavern_agent.providers.repair` pairs it first.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from tavern_agent.core.arguments import MISSING
+from tavern_agent.core.calls import ToolCall
+from tavern_agent.core.errors import ErrorCode
+from tavern_agent.core.ids import ToolId
+from tavern_agent.core.results import AgentToolResult
+
+
+class FinishReason(StrEnum):
+    """Why a response ended, across protocols."""
+
+    STOP = "stop"
+    TOOL_CALLS = "tool_calls"
+    LENGTH = "length"  # cut off by the output limit
+    MALFORMED = "malformed"  # the provider could not form the call (Gemini)
+    CONTENT_FILTER = "content_filter"
+    OTHER = "other"
+
+    @property
+    def truncated(self) -> bool:
+        """Calls from such a response are incomplete and must not run."""
+        return self in (FinishReason.LENGTH, FinishReason.MALFORMED)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedCall:
+    """One tool call as the model emitted it.
+
+    ``call.raw_arguments`` is the wire value as received (``MISSING`` when the
+    field was absent). ``thought_signature`` is Gemini's opaque signature for the
+    part, echoed back unchanged; ``item_id`` is a provider's own item id (the
+    Responses ``fc_…`` id), kept for the record only.
+    """
+
+    call: ToolCall
+    thought_signature: str | None = None
+    item_id: str | None = None
+
+    @property
+    def call_id(self) -> str:
+        return self.call.call_id
+
+    @property
+    def name(self) -> str:
+        return self.call.name
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantMessage:
+    text: str = ""
+    calls: tuple[RecordedCall, ...] = ()
+    finish: FinishReason = FinishReason.STOP
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultMessage:
+    result: AgentToolResult
+
+    @property
+    def call_id(self) -> str:
+        return self.result.call_id
+
+
+TranscriptItem = UserMessage | AssistantMessage | ToolResultMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """A system prompt and the items of the conversation, in order."""
+
+    items: tuple[TranscriptItem, ...] = ()
+    system: str | None = None
+
+    def append(self, *items: TranscriptItem) -> Transcript:
+        return Transcript(self.items + items, self.system)
+
+    # ------------------------------------------------------------ JSON
+
+    def to_json(self) -> dict[str, Any]:
+        return {"system": self.system, "items": [_item_json(i) for i in self.items]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Transcript:
+        return cls(tuple(_item_from_json(i) for i in data["items"]), data.get("system"))
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedResponse:
+    """One model response: the assistant message and how it ended.
+
+    ``raw_finish`` is the provider's own finish value, for the record.
+    """
+
+    message: AssistantMessage
+    raw_finish: str | None = None
+    usage: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def calls(self) -> tuple[RecordedCall, ...]:
+        return self.message.calls
+
+    @property
+    def truncated(self) -> bool:
+        return self.message.finish.truncated
+
+    def truncation_results(self) -> tuple[AgentToolResult, ...]:
+        """For a cut-off response: one recoverable error result per call, none run."""
+        if not self.truncated:
+            return ()
+        return tuple(truncated_result(c) for c in self.calls)
+
+
+TRUNCATED_TEXT = (
+    "Not run: your response hit the output length limit before this call was complete. "
+    "Send the call again with shorter arguments, or split the work over several calls."
+)
+OUTCOME_UNKNOWN_TEXT = (
+    "No result was recorded: the run was interrupted, so this call may or may not have "
+    "taken effect. Check the current state before repeating it."
+)
+
+
+def truncated_result(call: RecordedCall) -> AgentToolResult:
+    return AgentToolResult(
+        call_id=call.call_id,
+        tool_id=None,
+        content=TRUNCATED_TEXT,
+        structured={"error": {"code": ErrorCode.MODEL_TOOL_CALL_TRUNCATED.value}},
+        is_error=True,
+        error_code=ErrorCode.MODEL_TOOL_CALL_TRUNCATED,
+    )
+
+
+def outcome_unknown_result(call: RecordedCall) -> AgentToolResult:
+    return AgentToolResult(
+        call_id=call.call_id,
+        tool_id=None,
+        content=OUTCOME_UNKNOWN_TEXT,
+        structured={"error": {"code": ErrorCode.TOOL_OUTCOME_UNKNOWN.value, "synthesized": True}},
+        is_error=True,
+        error_code=ErrorCode.TOOL_OUTCOME_UNKNOWN,
+    )
+
+
+# ---------------------------------------------------------------- JSON helpers
+
+
+def _raw_json(raw: Any) -> dict[str, Any]:
+    if raw is MISSING:
+        return {}
+    if isinstance(raw, bytes):
+        return {"rawArgumentsBytes": base64.b64encode(raw).decode("ascii")}
+    return {"rawArguments": raw}
+
+
+def _item_json(item: TranscriptItem) -> dict[str, Any]:
+    if isinstance(item, UserMessage):
+        return {"type": "user", "text": item.text}
+    if isinstance(item, ToolResultMessage):
+        return {"type": "result", **item.result.to_json()}
+    calls = []
+    for c in item.calls:
+        entry: dict[str, Any] = {
+            "callId": c.call_id,
+            "name": c.name,
+            **_raw_json(c.call.raw_arguments),
+        }
+        if c.thought_signature is not None:
+            entry["thoughtSignature"] = c.thought_signature
+        if c.item_id is not None:
+            entry["itemId"] = c.item_id
+        calls.append(entry)
+    return {"type": "assistant", "text": item.text, "calls": calls, "finish": item.finish.value}
+
+
+def _item_from_json(data: Mapping[str, Any]) -> TranscriptItem:
+    kind = data["type"]
+    if kind == "user":
+        return UserMessage(data["text"])
+    if kind == "result":
+        tool_id = data.get("toolId")
+        code = data.get("errorCode")
+        return ToolResultMessage(
+            AgentToolResult(
+                call_id=data["callId"],
+                tool_id=None if tool_id is None else ToolId.parse(tool_id),
+                content=data["content"],
+                structured=data.get("structured"),
+                is_error=bool(data.get("isError", False)),
+                error_code=None if code is None else ErrorCode(code),
+                resource_refs=tuple(data.get("resourceRefs", ())),
+            )
+        )
+    if kind != "assistant":
+        raise ValueError(f"unknown transcript item type {kind!r}")
+    calls = []
+    for c in data.get("calls", ()):
+        if "rawArgumentsBytes" in c:
+            raw: Any = base64.b64decode(c["rawArgumentsBytes"])
+        else:
+            raw = c.get("rawArguments", MISSING)
+        calls.append(
+            RecordedCall(
+                ToolCall(c["callId"], c["name"], raw), c.get("thoughtSignature"), c.get("itemId")
+            )
+        )
+    return AssistantMessage(
+        data.get("text", ""), tuple(calls), FinishReason(data.get("finish", "stop"))
+    )
