@@ -135,6 +135,7 @@ class ToolRequestGate:
             snapshot=snap,
             rng=self.rng,
             cancelled=cancelled or asyncio.Event(),
+            result_files=self.long_results.files,
         )
         dispatched = await self.dispatcher.dispatch(binding.tool_id, parsed.values, ctx)
         outcome = dispatched.outcome
