@@ -18,7 +18,11 @@ from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
+from tavern_agent.core.results import ExecutedCall
 from tavern_agent.fsutil import atomic_write
+from tavern_agent.mcp.approval import policy_approver, terminal_approver
+from tavern_agent.mcp.cli import mcp_group
+from tavern_agent.mcp.manager import McpManager
 from tavern_agent.tools.builtin import builtin_registry
 from tavern_agent.tools.catalog import ProfileValidationError, ToolCatalog
 from tavern_agent.tools.dispatch import Dispatcher
@@ -30,14 +34,16 @@ PROTOCOLS = [p.value for p in ModelProtocol]
 SCENES = [s.value for s in Scene]
 
 
-def _catalog() -> ToolCatalog:
-    return ToolCatalog(builtin_registry())
+def _catalog(data_dir: Path | None = None, mcp: McpManager | None = None) -> ToolCatalog:
+    if mcp is None and data_dir is not None:
+        mcp = McpManager(data_dir)
+    return ToolCatalog(builtin_registry(), mcp=mcp)
 
 
 def _snapshot(
     ctx: click.Context, profile_spec: str | None, scene: str, protocol: str
 ) -> ToolSnapshot:
-    catalog = _catalog()
+    catalog = _catalog(ctx.obj["data_dir"])
     scene_value = Scene(scene)
     try:
         if profile_spec is None:
@@ -177,6 +183,13 @@ def _parameter_lines(schema: Any) -> list[str]:
     "--seed", type=int, default=None, help="Seed the randomness (dice) for a repeatable call."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the whole AgentToolResult as JSON.")
+@click.option(
+    "--mcp-ask",
+    type=click.Choice(["prompt", "decline", "allow"]),
+    default="prompt",
+    show_default=True,
+    help="MCP tools set to 'ask': prompt on a terminal (decline without one), or answer at once.",
+)
 @click.pass_context
 def call_command(
     ctx: click.Context,
@@ -188,6 +201,7 @@ def call_command(
     protocol: str,
     seed: int | None,
     as_json: bool,
+    mcp_ask: str,
 ) -> None:
     """Send one call NAME with RAW_ARGS (argument text exactly as a model sent it).
 
@@ -196,15 +210,26 @@ def call_command(
     """
     snap = _snapshot(ctx, profile_spec, scene, protocol)
     root = workspace or ctx.obj["data_dir"] / "cli-workspace"
+    approver = (
+        terminal_approver()
+        if mcp_ask == "prompt"
+        else policy_approver("allow" if mcp_ask == "allow" else "decline")
+    )
+    manager = McpManager(ctx.obj["data_dir"], approver=approver)
     gate = ToolRequestGate(
         snap,
-        Dispatcher(_catalog()),
+        Dispatcher(_catalog(mcp=manager)),
         result_files=DirectoryResultFiles(root),
         run_id="cli",
         rng=random.Random(seed),
     )
     call = ToolCall(f"call_{secrets.token_hex(8)}", name, MISSING if raw_args is None else raw_args)
-    executed = asyncio.run(gate.handle(call, round=1))
+
+    async def run() -> ExecutedCall:
+        async with manager:
+            return await gate.handle(call, round=1)
+
+    executed = asyncio.run(run())
     result = executed.result
     if as_json:
         payload = result.to_json() | {"effect": type(executed.effect).__name__}
@@ -246,13 +271,16 @@ def profile_validate(ctx: click.Context, profile_spec: str) -> None:
     """Check a profile against the catalog: every enabled tool and override must exist."""
     try:
         loaded = resolve_profile(profile_spec, ctx.obj["data_dir"])
-        _catalog().validate_profile(loaded)
+        _catalog(ctx.obj["data_dir"]).validate_profile(loaded)
     except (ProfileError, ProfileValidationError) as exc:
         problems = exc.problems if isinstance(exc, ProfileValidationError) else [str(exc)]
         for problem in problems:
             click.echo(f"error: {problem}", err=True)
         sys.exit(1)
     click.echo(f"{loaded.id}: ok")
+
+
+cli.add_command(mcp_group)
 
 
 def main(argv: list[str] | None = None) -> None:
