@@ -18,6 +18,7 @@ import time
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 NAME = os.environ.get("PEER_NAME", "peer")
 LOG = os.environ.get("PEER_CALL_LOG")
@@ -30,7 +31,9 @@ server = MCPServer(NAME)
 def record(tool: str, **arguments: object) -> None:
     if LOG:
         with open(LOG, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"tool": tool, "arguments": arguments, "t": time.time()}) + "\n")
+            handle.write(
+                json.dumps({"tool": tool, "arguments": arguments, "t": time.time()}) + "\n"
+            )
 
 
 @server.tool(description="Answer ok.")
@@ -62,14 +65,14 @@ async def hang() -> str:
 @server.tool(description="Return a 5 MB text.")
 def huge() -> str:
     record("huge")
-    line = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcdefghijklmnopqrs\n"
+    line = "0123456789abcdefghijklmnopqrstuvwxyz" * 2 + "ABCDEFGHIJKLMNOPQRSTUVWXYZ\n"
     return line * (5_000_000 // len(line))
 
 
 @server.tool(description="Fail with a tool error.")
 def fail(reason: str) -> str:
     record("fail", reason=reason)
-    raise ValueError(f"cannot do that: {reason}")
+    raise ToolError(f"cannot do that: {reason}")
 
 
 def dotted() -> str:

@@ -61,6 +61,14 @@ def render_details(structured: Any) -> str:
 
 
 def _says_the_same(texts: list[str], structured: Any) -> bool:
+    """Whether the text already carries the structured data: its JSON, or the text
+    itself wrapped in a one-key object (``{"result": text}``, ``{"content": text}``)."""
+    if isinstance(structured, dict) and len(structured) == 1:
+        (value,) = structured.values()
+        if "\n".join(texts) == value:
+            return True
+        if not isinstance(value, str) and _says_the_same(texts, value):
+            return True
     for text in texts:
         try:
             if json.loads(text) == structured:
@@ -129,7 +137,7 @@ def convert_result(
     if result.is_error:
         message = content or "no error text"
         return ExternalReceipt(
-            content=f"{server} tool {tool} failed: {message}",
+            content=f"{tool} failed: {message}",
             structured=structured,
             is_error=True,
             error_code=ErrorCode.MCP_TOOL_ERROR,
