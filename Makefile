@@ -7,10 +7,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-quick lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml tests/peers/package-lock.json
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
+	npm ci --prefix tests/peers --no-audit --no-fund --loglevel=error
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -37,6 +38,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/toolset_tokens.py
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/search.py
+	$(BIN)/python benchmarks/mcp_overhead.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -18,7 +18,11 @@ from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
+from tavern_agent.core.results import ExecutedCall
 from tavern_agent.fsutil import atomic_write
+from tavern_agent.mcp.approval import policy_approver, terminal_approver
+from tavern_agent.mcp.cli import mcp_group
+from tavern_agent.mcp.manager import McpManager
 from tavern_agent.tools.builtin import builtin_registry
 from tavern_agent.tools.catalog import ProfileValidationError, ToolCatalog
 from tavern_agent.tools.dispatch import Dispatcher
@@ -35,22 +39,28 @@ CLI_READS = "checkpoints/cli-reads.json"  # internal: never visible to tools
 SCENES = [s.value for s in Scene]
 
 
-def _catalog() -> ToolCatalog:
-    return ToolCatalog(builtin_registry())
+def _catalog(data_dir: Path | None = None, mcp: McpManager | None = None) -> ToolCatalog:
+    if mcp is None and data_dir is not None:
+        mcp = McpManager(data_dir)
+    return ToolCatalog(builtin_registry(), mcp=mcp)
 
 
 def _profile(ctx: click.Context, profile_spec: str | None, scene: Scene) -> Profile:
     try:
         if profile_spec is None:
-            return Profile.allowing([d.tool_id for d in _catalog().descriptors(scene)])
+            catalog = _catalog(ctx.obj["data_dir"])
+            return Profile.allowing([d.tool_id for d in catalog.descriptors(scene)])
         return resolve_profile(profile_spec, ctx.obj["data_dir"])
     except ProfileError as exc:
         raise click.UsageError(str(exc)) from None
 
 
-def _snapshot(profile: Profile, scene: str, protocol: str) -> ToolSnapshot:
+def _snapshot(
+    ctx: click.Context, profile: Profile, scene: str, protocol: str, mcp: McpManager | None = None
+) -> ToolSnapshot:
+    catalog = _catalog(ctx.obj["data_dir"], mcp)
     snapshot_id = f"cli-{secrets.token_hex(6)}"
-    return build_snapshot(_catalog(), profile, Scene(scene), ModelProtocol(protocol), snapshot_id)
+    return build_snapshot(catalog, profile, Scene(scene), ModelProtocol(protocol), snapshot_id)
 
 
 def _profile_option(f: Any) -> Any:
@@ -114,7 +124,7 @@ def tools_list(
     ctx: click.Context, profile_spec: str | None, scene: str, protocol: str, as_json: bool
 ) -> None:
     """Print the tools a model would be offered: name, ToolId, description, parameters."""
-    snap = _snapshot(_profile(ctx, profile_spec, Scene(scene)), scene, protocol)
+    snap = _snapshot(ctx, _profile(ctx, profile_spec, Scene(scene)), scene, protocol)
     if as_json:
         click.echo(json.dumps(listing_json(snap), ensure_ascii=False, indent=2))
         return
@@ -180,6 +190,13 @@ def _parameter_lines(schema: Any) -> list[str]:
     "--seed", type=int, default=None, help="Seed the randomness (dice) for a repeatable call."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the whole AgentToolResult as JSON.")
+@click.option(
+    "--mcp-ask",
+    type=click.Choice(["prompt", "decline", "allow"]),
+    default="prompt",
+    show_default=True,
+    help="MCP tools set to 'ask': prompt on a terminal (decline without one), or answer at once.",
+)
 @click.pass_context
 def call_command(
     ctx: click.Context,
@@ -191,6 +208,7 @@ def call_command(
     protocol: str,
     seed: int | None,
     as_json: bool,
+    mcp_ask: str,
 ) -> None:
     """Send one call NAME with RAW_ARGS (argument text exactly as a model sent it).
 
@@ -198,7 +216,13 @@ def call_command(
     are results: they print and exit 0.
     """
     profile = _profile(ctx, profile_spec, Scene(scene))
-    snap = _snapshot(profile, scene, protocol)
+    approver = (
+        terminal_approver()
+        if mcp_ask == "prompt"
+        else policy_approver("allow" if mcp_ask == "allow" else "decline")
+    )
+    manager = McpManager(ctx.obj["data_dir"], approver=approver)
+    snap = _snapshot(ctx, profile, scene, protocol, manager)
     root = workspace or ctx.obj["data_dir"] / "cli-workspace"
     data = DataRoot(ctx.obj["data_dir"])
     ws = Workspace(
@@ -209,7 +233,7 @@ def call_command(
     )
     gate = ToolRequestGate(
         snap,
-        Dispatcher(_catalog()),
+        Dispatcher(_catalog(mcp=manager)),
         result_files=DirectoryResultFiles(root),
         run_id="cli",
         rng=random.Random(seed),
@@ -220,8 +244,13 @@ def call_command(
     reads_file = root / CLI_READS
     gate.reads.update(load_reads(reads_file))
     call = ToolCall(f"call_{secrets.token_hex(8)}", name, MISSING if raw_args is None else raw_args)
+
+    async def run() -> ExecutedCall:
+        async with manager:
+            return await gate.handle(call, round=1)
+
     try:
-        executed = asyncio.run(gate.handle(call, round=1))
+        executed = asyncio.run(run())
     except WorkspaceEscape as exc:
         click.echo(f"tavern-agent: fatal: {exc}", err=True)
         sys.exit(1)
@@ -286,13 +315,16 @@ def profile_validate(ctx: click.Context, profile_spec: str) -> None:
     """Check a profile against the catalog: every enabled tool and override must exist."""
     try:
         loaded = resolve_profile(profile_spec, ctx.obj["data_dir"])
-        _catalog().validate_profile(loaded)
+        _catalog(ctx.obj["data_dir"]).validate_profile(loaded)
     except (ProfileError, ProfileValidationError) as exc:
         problems = exc.problems if isinstance(exc, ProfileValidationError) else [str(exc)]
         for problem in problems:
             click.echo(f"error: {problem}", err=True)
         sys.exit(1)
     click.echo(f"{loaded.id}: ok")
+
+
+cli.add_command(mcp_group)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -47,6 +47,10 @@ class ErrorCode(StrEnum):
     MCP_PERMISSION_DENIED = "mcp.permission_denied"
     MCP_TOOL_ERROR = "mcp.tool_error"
     MCP_CALL_OUTCOME_UNKNOWN = "mcp.call_outcome_unknown"
+    MCP_SERVER_ERROR = "mcp.server_error"
+    MCP_SERVER_UNAVAILABLE = "mcp.server_unavailable"
+    MCP_UNSUPPORTED_RESPONSE = "mcp.unsupported_response"
+    MCP_ARGUMENTS_TOO_LARGE = "mcp.arguments_too_large"
     EXTENSION_TOOL_ERROR = "extension.tool_error"
     EXTENSION_TOOL_TIMEOUT = "extension.tool_timeout"
     # built-in tool families
@@ -117,6 +121,18 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
     ErrorCode.MCP_TOOL_ERROR: ErrorInfo(True, "The MCP server reported a tool error."),
     ErrorCode.MCP_CALL_OUTCOME_UNKNOWN: ErrorInfo(
         False, "The MCP call was sent but no reply came; it may have executed."
+    ),
+    ErrorCode.MCP_SERVER_ERROR: ErrorInfo(
+        True, "The MCP server answered the call with a JSON-RPC error."
+    ),
+    ErrorCode.MCP_SERVER_UNAVAILABLE: ErrorInfo(
+        True, "The MCP server could not be started or reached; the call was not sent."
+    ),
+    ErrorCode.MCP_UNSUPPORTED_RESPONSE: ErrorInfo(
+        True, "The MCP server's reply could not be read as a tool result."
+    ),
+    ErrorCode.MCP_ARGUMENTS_TOO_LARGE: ErrorInfo(
+        True, "The arguments exceed the 256 KiB MCP limit; the call was not sent."
     ),
     ErrorCode.EXTENSION_TOOL_ERROR: ErrorInfo(True, "The extension function raised an error."),
     ErrorCode.EXTENSION_TOOL_TIMEOUT: ErrorInfo(

@@ -24,7 +24,8 @@ from tavern_agent.tools.context import CallContext
 class ExternalReceipt:
     """What an MCP server or extension function answered.
 
-    ``raw`` is the reply as received, kept for the audit file.
+    ``raw`` is the reply as received, kept for the audit file; ``resource_refs``
+    are workspace paths of files the source's reply was saved to.
     """
 
     content: str
@@ -32,6 +33,7 @@ class ExternalReceipt:
     is_error: bool = False
     error_code: ErrorCode | None = None
     raw: Any = None
+    resource_refs: tuple[str, ...] = ()
 
 
 class ExternalToolSource(Protocol):

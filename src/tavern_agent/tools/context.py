@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from tavern_agent.core.descriptors import Scene
 
 if TYPE_CHECKING:
+    from tavern_agent.tools.results import ResultFiles
     from tavern_agent.tools.snapshot import ToolSnapshot
     from tavern_agent.workspace.read_state import ReadState
     from tavern_agent.workspace.store import Workspace
@@ -22,6 +23,7 @@ class CallContext:
     ``rng`` is the invocation's source of randomness; tests seed it.
     ``cancelled`` is set when the run is cancelled; long tools should watch it.
     ``reads`` is the invocation's read state per logical path.
+    ``result_files`` is where files a reply brings (images, resources) may be saved.
     """
 
     run_id: str
@@ -32,6 +34,7 @@ class CallContext:
     snapshot: ToolSnapshot
     rng: random.Random = field(default_factory=random.Random)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    result_files: ResultFiles | None = None
     workspace: Workspace | None = None
     reads: dict[str, ReadState] = field(default_factory=dict)
 

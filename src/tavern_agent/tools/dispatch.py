@@ -61,10 +61,11 @@ class Dispatcher:
 def receipt_outcome(kind: ToolKind, receipt: ExternalReceipt) -> ToolOutcome:
     """An external reply as a tool outcome; external tools never carry effects."""
     if not receipt.is_error:
-        return ToolOutcome(receipt.content, receipt.structured)
+        return ToolOutcome(receipt.content, receipt.structured, resource_refs=receipt.resource_refs)
     code = receipt.error_code or _DEFAULT_ERROR[kind]
     structured = {
         "error": {"code": code.value, "message": receipt.content},
         "details": receipt.structured,
     }
-    return ToolOutcome(receipt.content, structured, ToolError(code, receipt.content))
+    error = ToolError(code, receipt.content)
+    return ToolOutcome(receipt.content, structured, error, receipt.resource_refs)

@@ -144,6 +144,7 @@ class ToolRequestGate:
             cancelled=cancelled or asyncio.Event(),
             workspace=self.workspace,
             reads=self.reads,
+            result_files=self.long_results.files,
         )
         dispatched = await self.dispatcher.dispatch(binding.tool_id, parsed.values, ctx)
         outcome = dispatched.outcome

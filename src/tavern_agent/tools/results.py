@@ -100,7 +100,8 @@ class LongResultStep:
             "charLimit": limit,
         }
         content = spill_notice(readable, len(text), limit, path, ctx)
-        return replace(outcome, content=content, structured=structured, resource_refs=(path,))
+        refs = (*outcome.resource_refs, path)
+        return replace(outcome, content=content, structured=structured, resource_refs=refs)
 
 
 def spill_notice(readable: str, total_chars: int, limit: int, path: str, ctx: CallContext) -> str:

@@ -1,0 +1,71 @@
+"""Approval of ``ask`` tools: a callback asks the person, or a policy answers at once.
+
+Non-interactive runs never hang: the default policy declines immediately.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+AskPolicy = Literal["decline", "allow"]
+PREVIEW_CHARS = 400
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """One call waiting for a yes or no."""
+
+    registration_id: str
+    server: str
+    tool: str
+    model_name: str
+    arguments: dict[str, Any]
+
+    @property
+    def preview(self) -> str:
+        return preview_arguments(self.arguments)
+
+
+Approver = Callable[[ApprovalRequest], Awaitable[bool]]
+
+
+def preview_arguments(arguments: dict[str, Any], limit: int = PREVIEW_CHARS) -> str:
+    text = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= limit else text[:limit] + f"… ({len(text):,} characters)"
+
+
+def policy_approver(policy: AskPolicy = "decline") -> Approver:
+    """An approver for runs nobody watches: answers at once, never waits."""
+    answer = policy == "allow"
+
+    async def decide(request: ApprovalRequest) -> bool:
+        return answer
+
+    return decide
+
+
+def terminal_approver(fallback: AskPolicy = "decline") -> Approver:
+    """Ask on the terminal when stdin is one; otherwise follow ``fallback``."""
+    quiet = policy_approver(fallback)
+
+    async def decide(request: ApprovalRequest) -> bool:
+        if not sys.stdin.isatty():
+            return await quiet(request)
+        import click
+
+        def ask() -> bool:
+            click.echo(
+                f"MCP tool {request.tool} on {request.server} wants to run with:\n"
+                f"  {request.preview}",
+                err=True,
+            )
+            return bool(click.confirm("Allow this call?", default=False, err=True))
+
+        return await asyncio.to_thread(ask)
+
+    return decide

@@ -1,0 +1,290 @@
+"""The MCP manager (R6.1): owns servers, discovers their catalogs, holds call permissions.
+
+It is the :class:`~tavern_agent.tools.catalog.McpCatalog` port: ``catalog``
+offers active servers' ``allow``/``ask`` tools from the cached discovery;
+``invoke`` reloads the registration right before sending and refuses calls
+to missing, paused or ``off`` tools without contacting the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from mcp import MCPError, types
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+from pydantic import ValidationError
+
+from tavern_agent.core.descriptors import Scene, ToolDescriptor
+from tavern_agent.core.errors import ErrorCode
+from tavern_agent.core.ids import ToolId, ToolKind
+from tavern_agent.mcp.approval import ApprovalRequest, Approver, policy_approver
+from tavern_agent.mcp.connections import ConnectError, Connection, ConnectionPool
+from tavern_agent.mcp.registrations import (
+    DiscoveredCatalog,
+    DiscoveredTool,
+    Registration,
+    RegistrationError,
+    RegistrationStore,
+    SkippedTool,
+    validate_tool,
+)
+from tavern_agent.mcp.results import convert_result
+from tavern_agent.tools.catalog import ExternalReceipt
+from tavern_agent.tools.context import CallContext
+from tavern_agent.tools.results import ResultFiles
+
+log = logging.getLogger(__name__)
+MAX_ARGUMENT_BYTES = 256 * 1024
+MAX_LIST_PAGES = 1_000
+DESCRIPTION_CHARS = 2_000
+
+
+def _fail(code: ErrorCode, message: str, raw: Any = None) -> ExternalReceipt:
+    return ExternalReceipt(content=message, is_error=True, error_code=code, raw=raw)
+
+
+class McpManager:
+    """MCP servers under one data root, usable as the catalog's MCP source."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        approver: Approver | None = None,
+        result_files: ResultFiles | None = None,
+    ) -> None:
+        self.store = RegistrationStore(data_dir)
+        self.approver = approver or policy_approver("decline")
+        self.result_files = result_files
+        self.pool = ConnectionPool(self.store.log_path)
+        self.pool.on_notification = self._notified
+        self._refreshes: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every connection (stdio servers are stopped)."""
+        for task in list(self._refreshes):
+            task.cancel()
+        await self.pool.close_all()
+
+    # ------------------------------------------------------------ discovery
+
+    async def discover(self, ref: str) -> DiscoveredCatalog:
+        """Full paginated ``tools/list``, validated, cached with its time. New tools stay off."""
+        reg = self.store.find(ref)
+        if reg.state != "active":
+            raise RegistrationError(f"{reg.id} is paused; resume it before discovery")
+        try:
+            conn = await self.pool.get(reg)
+        except ConnectError as exc:
+            raise RegistrationError(f"{reg.id}: could not connect: {exc}") from None
+        return await self._list_and_store(reg, conn)
+
+    async def _list_and_store(self, reg: Registration, conn: Connection) -> DiscoveredCatalog:
+        assert conn.session is not None
+        listed: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(MAX_LIST_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await conn.session.list_tools(params=params)
+            listed.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        else:
+            raise RegistrationError(
+                f"{reg.id}: tools/list did not end after {MAX_LIST_PAGES} pages"
+            )
+        tools: list[DiscoveredTool] = []
+        skipped: list[SkippedTool] = []
+        seen: set[str] = set()
+        for tool in listed:
+            reason = validate_tool(tool.name, tool.input_schema)
+            if reason is None and tool.name in seen:
+                reason = "listed twice"
+            if reason is not None:
+                skipped.append(SkippedTool(name=str(tool.name)[:200], reason=reason))
+                continue
+            seen.add(tool.name)
+            tools.append(
+                DiscoveredTool(
+                    name=tool.name,
+                    description=(tool.description or tool.title or "")[:DESCRIPTION_CHARS],
+                    input_schema=dict(tool.input_schema),
+                    title=tool.title,
+                )
+            )
+        found = DiscoveredCatalog(
+            discovered_at=time.time(), tools=tuple(tools), skipped=tuple(skipped)
+        )
+        self.store.save_catalog(reg.id, found)
+        return found
+
+    def _notified(self, reg_id: str, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            task = asyncio.get_running_loop().create_task(self._refresh(reg_id))
+            self._refreshes.add(task)
+            task.add_done_callback(self._refreshes.discard)
+
+    async def _refresh(self, reg_id: str) -> None:
+        reg = self.store.get(reg_id)
+        conn = self.pool.current(reg_id)
+        if reg is None or conn is None:
+            return
+        try:
+            await self._list_and_store(reg, conn)
+        except Exception:  # a failed refresh keeps the old cache
+            log.warning("mcp %s: refresh after tools/list_changed failed", reg_id, exc_info=True)
+
+    # ------------------------------------------------------------ catalog port
+
+    def catalog(self, scene: Scene) -> Sequence[ToolDescriptor]:
+        found: list[ToolDescriptor] = []
+        for reg in self.store.all():
+            if reg.state != "active":
+                continue
+            cached = self.store.catalog(reg.id)
+            if cached is None:
+                continue
+            for tool in cached.tools:
+                if reg.permission(tool.name) == "off":
+                    continue
+                found.append(
+                    ToolDescriptor(
+                        tool_id=ToolId.mcp(reg.id, tool.name),
+                        description=tool.description,
+                        parameters=tool.input_schema,
+                        label=reg.display_name,
+                    )
+                )
+        return found
+
+    def availability(self, tool_id: ToolId) -> str | None:
+        """Always ``None``: permission is checked in :meth:`invoke`, right before sending,
+        so a refused call reaches the model as ``mcp.permission_denied``."""
+        return None
+
+    async def invoke(
+        self, tool_id: ToolId, arguments: dict[str, Any], context: CallContext
+    ) -> ExternalReceipt:
+        if tool_id.kind is not ToolKind.MCP:
+            raise LookupError(f"{tool_id} is not an MCP tool")
+        name = context.snapshot.name_of(tool_id) or tool_id.name
+        not_sent = "The call was not sent"
+        # The permission check, right before sending (R6.1): reload the registration.
+        try:
+            reg = self.store.get(tool_id.source)
+        except RegistrationError as exc:
+            log.warning("mcp: unreadable registration: %s", exc)
+            reg = None
+        if reg is None:
+            return _fail(
+                ErrorCode.MCP_PERMISSION_DENIED,
+                f"{name} is gone: its MCP server was removed. {not_sent}; do without it.",
+            )
+        if reg.state != "active":
+            return _fail(
+                ErrorCode.MCP_PERMISSION_DENIED,
+                f"{name} is paused (MCP server {reg.display_name}). {not_sent}; do without it.",
+            )
+        permission = reg.permission(tool_id.name)
+        if permission == "off":
+            return _fail(
+                ErrorCode.MCP_PERMISSION_DENIED,
+                f"{name} has been switched off. {not_sent}; do without it.",
+            )
+        size = len(json.dumps(arguments, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        if size > MAX_ARGUMENT_BYTES:
+            return _fail(
+                ErrorCode.MCP_ARGUMENTS_TOO_LARGE,
+                f"Arguments for {name} are {size / 1024:,.0f} KiB; the limit is 256 KiB. "
+                f"{not_sent}; send less, e.g. a path instead of file contents.",
+            )
+        if permission == "ask":
+            request = ApprovalRequest(reg.id, reg.display_name, tool_id.name, name, arguments)
+            if not await self.approver(request):
+                return _fail(
+                    ErrorCode.MCP_PERMISSION_DENIED,
+                    f"The person declined this call to {name}. {not_sent}; "
+                    "do not repeat it unless they ask.",
+                )
+        try:
+            conn = await self.pool.get(reg)
+        except ConnectError as exc:
+            return _fail(
+                ErrorCode.MCP_SERVER_UNAVAILABLE,
+                f"{name} could not reach its MCP server ({exc}). {not_sent}; "
+                "try again later or do without it.",
+            )
+        return await self._call(conn, reg, tool_id.name, name, arguments, context)
+
+    async def _call(
+        self,
+        conn: Connection,
+        reg: Registration,
+        tool: str,
+        name: str,
+        arguments: dict[str, Any],
+        context: CallContext,
+    ) -> ExternalReceipt:
+        assert conn.session is not None
+        seconds = reg.timeouts.call_seconds
+        unknown = "It may have run. Check the current state before repeating it; it is not retried."
+        try:
+            result = await conn.session.call_tool(tool, arguments, read_timeout_seconds=seconds)
+        except MCPError as exc:
+            if exc.error.code == REQUEST_TIMEOUT:
+                return self._unknown(name, f"got no answer within {seconds:g} s", unknown, exc)
+            if exc.error.code == CONNECTION_CLOSED:
+                conn.mark_dead()
+                return self._unknown(name, "lost its server connection mid-call", unknown, exc)
+            return _fail(
+                ErrorCode.MCP_SERVER_ERROR,
+                f"{name} failed on the MCP server: {exc.error.message} "
+                f"(JSON-RPC error {exc.error.code}).",
+                raw=exc.error.model_dump(mode="json"),
+            )
+        except TimeoutError as exc:
+            return self._unknown(name, f"got no answer within {seconds:g} s", unknown, exc)
+        except (ValidationError, RuntimeError) as exc:
+            detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            return _fail(
+                ErrorCode.MCP_UNSUPPORTED_RESPONSE,
+                f"{name} sent a reply that is not a valid tool result ({detail}).",
+            )
+        except Exception as exc:  # transport failures after sending: the outcome is unknown
+            log.warning("mcp %s: call to %s failed", reg.id, tool, exc_info=True)
+            conn.mark_dead()
+            return self._unknown(name, "lost its server connection mid-call", unknown, exc)
+        self.pool.note_success(reg.id)
+        return convert_result(
+            result,
+            context,
+            context.result_files or self.result_files,
+            server=reg.display_name,
+            tool=name,
+        )
+
+    def _unknown(self, name: str, what: str, advice: str, exc: BaseException) -> ExternalReceipt:
+        return _fail(
+            ErrorCode.MCP_CALL_OUTCOME_UNKNOWN,
+            f"{name} {what}. {advice}",
+            raw={"exception": type(exc).__name__, "message": str(exc)},
+        )

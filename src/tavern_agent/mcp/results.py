@@ -1,0 +1,152 @@
+"""An MCP ``CallToolResult`` as an :class:`ExternalReceipt` (R7.3).
+
+Text blocks in order; ``structured_content`` kept as structured data and
+rendered briefly under "Details" unless the text already says the same;
+images, audio and embedded resources saved as files under ``tool-results/``
+and returned as resource refs; resource links listed by URI. Long text is left
+to the shared long-result step.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import mimetypes
+from typing import Any
+
+from mcp import types
+
+from tavern_agent.core.errors import ErrorCode
+from tavern_agent.fsutil import AlreadyWritten
+from tavern_agent.tools.catalog import ExternalReceipt
+from tavern_agent.tools.context import CallContext
+from tavern_agent.tools.results import ResultFiles, result_stem
+
+DETAILS_CHARS = 1_500
+_EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "text/plain": ".txt"}
+
+
+def _extension(mime: str | None, fallback: str = ".bin") -> str:
+    if not mime:
+        return fallback
+    return _EXTENSIONS.get(mime) or mimetypes.guess_extension(mime) or fallback
+
+
+def _save(
+    files: ResultFiles | None, ctx: CallContext, index: int, data: bytes, mime: str | None
+) -> str | None:
+    if files is None:
+        return None
+    path = f"{result_stem(ctx)}-{index}{_extension(mime)}"
+    with contextlib.suppress(AlreadyWritten):  # a resumed call saved it already
+        files.write_once(path, data)
+    return path
+
+
+def render_details(structured: Any) -> str:
+    """A short markdown rendering of structured content for the model."""
+    if isinstance(structured, dict):
+        lines = [
+            f"- {key}: {json.dumps(value, ensure_ascii=False, separators=(',', ':'))}"
+            for key, value in structured.items()
+        ]
+        text = "\n".join(lines)
+    else:
+        text = json.dumps(structured, ensure_ascii=False, separators=(",", ":"))
+    if len(text) > DETAILS_CHARS:
+        text = text[:DETAILS_CHARS] + " … (cut; the full data is in the structured result)"
+    return f"Details:\n{text}"
+
+
+def _says_the_same(texts: list[str], structured: Any) -> bool:
+    """Whether the text already carries the structured data: its JSON, or the text
+    itself wrapped in a one-key object (``{"result": text}``, ``{"content": text}``)."""
+    if isinstance(structured, dict) and len(structured) == 1:
+        (value,) = structured.values()
+        if "\n".join(texts) == value:
+            return True
+        if not isinstance(value, str) and _says_the_same(texts, value):
+            return True
+    for text in texts:
+        try:
+            if json.loads(text) == structured:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def convert_result(
+    result: types.CallToolResult,
+    ctx: CallContext,
+    files: ResultFiles | None,
+    *,
+    server: str,
+    tool: str,
+) -> ExternalReceipt:
+    texts: list[str] = []
+    parts: list[str] = []
+    refs: list[str] = []
+    for index, block in enumerate(result.content, start=1):
+        if isinstance(block, types.TextContent):
+            texts.append(block.text)
+            parts.append(block.text)
+        elif isinstance(block, types.ImageContent | types.AudioContent):
+            kind = "image" if isinstance(block, types.ImageContent) else "audio"
+            try:
+                data = base64.b64decode(block.data, validate=True)
+            except (binascii.Error, ValueError):
+                parts.append(f"[{kind} ({block.mime_type}) could not be decoded]")
+                continue
+            path = _save(files, ctx, index, data, block.mime_type)
+            if path is None:
+                parts.append(f"[{kind} ({block.mime_type}, {len(data):,} bytes) not saved]")
+                continue
+            refs.append(path)
+            parts.append(f"[{kind} saved: {path} ({block.mime_type}, {len(data):,} bytes)]")
+        elif isinstance(block, types.EmbeddedResource):
+            res = block.resource
+            if isinstance(res, types.TextResourceContents):
+                data = res.text.encode("utf-8", "surrogatepass")
+                mime = res.mime_type or "text/plain"
+            else:
+                try:
+                    data = base64.b64decode(res.blob, validate=True)
+                except (binascii.Error, ValueError):
+                    parts.append(f"[resource {res.uri} could not be decoded]")
+                    continue
+                mime = res.mime_type or "application/octet-stream"
+            path = _save(files, ctx, index, data, mime)
+            if path is None:
+                parts.append(f"[resource {res.uri} ({mime}, {len(data):,} bytes) not saved]")
+                continue
+            refs.append(path)
+            parts.append(f"[resource {res.uri} saved: {path} ({mime}, {len(data):,} bytes)]")
+        elif isinstance(block, types.ResourceLink):
+            label = f" ({block.description})" if block.description else ""
+            parts.append(f"[resource link: {block.uri} {block.name}{label}]")
+        else:
+            parts.append(f"[unsupported {getattr(block, 'type', 'content')} block omitted]")
+    structured = result.structured_content
+    if structured is not None and not _says_the_same(texts, structured):
+        parts.append(render_details(structured))
+    content = "\n".join(parts)
+    raw = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if result.is_error:
+        message = content or "no error text"
+        return ExternalReceipt(
+            content=f"{tool} failed: {message}",
+            structured=structured,
+            is_error=True,
+            error_code=ErrorCode.MCP_TOOL_ERROR,
+            raw=raw,
+            resource_refs=tuple(refs),
+        )
+    return ExternalReceipt(
+        content=content or "(the tool returned no content)",
+        structured=structured,
+        raw=raw,
+        resource_refs=tuple(refs),
+    )

@@ -1,0 +1,80 @@
+"""MCP registrations, import and the `tavern-agent mcp` commands (no servers started)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tavern_agent.cli import cli
+from tavern_agent.mcp.registrations import (
+    DiscoveredCatalog,
+    DiscoveredTool,
+    RegistrationError,
+    RegistrationStore,
+    import_mcp_servers,
+    parse_registration,
+)
+
+
+def test_http_is_loopback_only_unless_allowed() -> None:
+    base = {"id": "w", "displayName": "w"}
+    parse_registration(base | {"transport": {"type": "http", "url": "http://127.0.0.1:9/mcp"}})
+    with pytest.raises(RegistrationError, match="not a loopback address"):
+        parse_registration(base | {"transport": {"type": "http", "url": "http://example.com/mcp"}})
+    remote = {"type": "http", "url": "https://example.com/mcp", "allowRemote": True}
+    assert parse_registration(base | {"transport": remote}).transport.type == "http"
+
+
+def test_import_mcp_servers_file(tmp_path: Path) -> None:
+    store = RegistrationStore(tmp_path)
+    data = {
+        "mcpServers": {
+            "Memory": {"command": "npx", "args": ["-y", "x"], "env": {"A": "1"}},
+            "web": {"url": "http://localhost:3001/mcp", "headers": {"X": "y"}},
+            "old": {"command": "z", "disabled": True},
+        }
+    }
+    regs = import_mcp_servers(data, store)
+    assert [(r.id, r.state, r.transport.type) for r in regs] == [
+        ("memory", "active", "stdio"),
+        ("web", "active", "http"),
+        ("old", "paused", "stdio"),
+    ]
+    assert all(r.tool_permissions == {} for r in regs)
+    with pytest.raises(RegistrationError, match="mcpServers"):
+        import_mcp_servers({"servers": {}}, store)
+
+
+def test_cli_add_allow_deny_pause_list_remove(tmp_path: Path) -> None:
+    runner = CliRunner()
+
+    def run(*args: str) -> str:
+        result = runner.invoke(cli, ["--data-dir", str(tmp_path), *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    run("mcp", "add", "Files", "--", "node", "server.js", "--root", "/tmp")
+    store = RegistrationStore(tmp_path)
+    reg = store.get("files")
+    assert reg is not None and reg.transport.type == "stdio"
+    assert reg.transport.args == ("server.js", "--root", "/tmp")
+    tools = (DiscoveredTool(name=n, input_schema={"type": "object"}) for n in ("read", "write"))
+    store.save_catalog("files", DiscoveredCatalog(discovered_at=0, tools=tuple(tools)))
+    assert "off    read" in run("mcp", "list")
+    run("mcp", "allow", "files", "read")
+    run("mcp", "allow", "Files", "write", "--ask")
+    listing = run("mcp", "list")
+    assert "allow  read" in listing and "ask    write" in listing
+    assert "mcp__Files__read" in run("tools", "list")
+    run("mcp", "deny", "files", "--all")
+    run("mcp", "pause", "files")
+    entry = json.loads(run("mcp", "list", "--json"))[0]
+    assert entry["state"] == "paused"
+    assert entry["toolPermissions"] == {"read": "off", "write": "off"}
+    run("mcp", "remove", "files")
+    assert store.get("files") is None
+    bad = runner.invoke(cli, ["--data-dir", str(tmp_path), "mcp", "allow", "nope", "x"])
+    assert bad.exit_code != 0 and "no MCP server 'nope'" in bad.output
