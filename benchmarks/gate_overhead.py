@@ -9,7 +9,7 @@ through three tool layers, each doing parse + check + dispatch + result:
 * OpenAI Agents SDK: ``FunctionTool.on_invoke_tool(ToolContext, json_args)`` from
   ``agents.function_tool``, then ``ItemHelpers.tool_call_output_item``.
 
-All three run the same dice code (``parse_formula``, ``rng.randint``, ``describe_roll``
+All three run the same dice code (``roll_dice``: ``parse_formula``, the draws, ``describe_roll``
 from ``tavern_agent.tools.builtin.dice``) with a ``random.Random`` seeded alike, as
 ``async`` functions in one event loop, so only the tool layer differs. The call objects
 (what a provider adapter would hand over) are built outside the timed region.
@@ -54,7 +54,7 @@ from tavern_agent.core.ids import ToolId
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Limits, Profile
 from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.builtin.dice import describe_roll, parse_formula
+from tavern_agent.tools.builtin.dice import roll_dice
 from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource, ToolCatalog
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.dispatch import Dispatcher
@@ -73,23 +73,12 @@ BASELINE = "dice body alone (no layer)"
 
 
 def roll(formula_text: str, rng: random.Random) -> tuple[str, dict[str, Any]]:
-    """The body of ``dice.roll`` (tools/builtin/dice.py): the text and the structured record.
+    """The body of ``dice.roll`` (``roll_dice`` in tools/builtin/dice.py): text and record.
 
     The other frameworks' tools return the text, which is what the model reads; our
     gate also carries the record into its result, so it does no less work.
     """
-    formula = parse_formula(formula_text)
-    rolls = [rng.randint(1, formula.sides) for _ in range(formula.count)]
-    total = sum(rolls) + formula.modifier
-    structured = {
-        "formula": str(formula),
-        "rolls": rolls,
-        "modifier": formula.modifier,
-        "total": total,
-        "min": formula.count + formula.modifier,
-        "max": formula.count * formula.sides + formula.modifier,
-    }
-    return describe_roll(formula, rolls), structured
+    return roll_dice(formula_text, rng)
 
 
 # ---------------------------------------------------------------- contenders

@@ -62,9 +62,13 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# Built once: json.loads(text, parse_constant=…) would build a decoder per call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def _decode(text: str) -> tuple[Any, str | None]:
     try:
-        return json.loads(text, parse_constant=_reject_constant), None
+        return _DECODER.decode(text), None
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno}, column {exc.colno}, char {exc.pos}"
         return None, f"not valid JSON: {exc.msg} ({where})"

@@ -14,12 +14,13 @@ by name, so ``mcp/x:workspace.finish`` can never reach the built-in.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 MAX_TOOL_ID_CHARS = 1024
 _BUILTIN_NAME = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)*")
 # Registration and extension ids: printable, no whitespace, no ':'.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SOURCE_ID = re.compile(r"[^\s:\x00-\x1f\x7f]+")
 
 
@@ -42,9 +43,24 @@ class ToolId:
     kind: ToolKind
     source: str  # registration id for MCP, extension id for extensions, "" for builtins
     name: str
+    # ToolIds key every lookup on the hot path; compute text and hash once.
+    _text: str = field(init=False, repr=False, compare=False)
+    _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _validate(self.kind, self.source, self.name, str(self))
+        provider = (
+            self.kind.value if self.kind is ToolKind.BUILTIN else f"{self.kind}/{self.source}"
+        )
+        text = f"{provider}:{self.name}"
+        _validate(self.kind, self.source, self.name, text)
+        object.__setattr__(self, "_text", text)
+        object.__setattr__(self, "_hash", hash(text))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ToolId) and self._text == other._text
 
     @classmethod
     def parse(cls, text: str) -> ToolId:
@@ -92,7 +108,7 @@ class ToolId:
         return self.kind.value if self.kind is ToolKind.BUILTIN else f"{self.kind}/{self.source}"
 
     def __str__(self) -> str:
-        return f"{self.provider}:{self.name}"
+        return self._text
 
 
 def _source_label(kind: ToolKind) -> str:
@@ -120,7 +136,7 @@ def _validate(kind: ToolKind, source: str, name: str, text: str) -> None:
         )
     if not name:
         raise InvalidToolId(f"invalid ToolId {text!r}: empty tool name")
-    if name != name.strip() or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+    if name != name.strip() or _CONTROL.search(name):
         raise InvalidToolId(
             f"invalid ToolId {text!r}: tool name {name!r} has control characters "
             "or surrounding whitespace"

@@ -8,6 +8,7 @@ which tools are shown to the model; ``tools.deny`` wins over ``allow``.
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,11 @@ class ToolSelection(_Model):
 
     def enabled(self) -> list[ToolId]:
         """Allowed and not denied, in allow order, without repeats."""
+        return list(self._enabled)
+
+    @cached_property
+    def _enabled(self) -> tuple[ToolId, ...]:
+        # Parsed once per (frozen) profile: snapshots are built from it again and again.
         denied = set(self.deny)
         seen: set[str] = set()
         result: list[ToolId] = []
@@ -62,7 +68,7 @@ class ToolSelection(_Model):
             if text not in denied and text not in seen:
                 seen.add(text)
                 result.append(ToolId.parse(text))
-        return result
+        return tuple(result)
 
 
 class Limits(_Model):

@@ -47,9 +47,22 @@ _MAX_REF_DEPTH = 16
 def adapt_parameters(schema: Mapping[str, Any], protocol: ModelProtocol) -> Mapping[str, Any]:
     """The parameter schema to send for ``protocol``."""
     if protocol is ModelProtocol.GEMINI:
+        # Descriptor schemas are never mutated, so an adapted copy can be reused for
+        # as long as the very same schema object is alive (it is kept in the entry).
+        hit = _GEMINI_CACHE.get(id(schema))
+        if hit is not None and hit[0] is schema:
+            return hit[1]
         defs = schema.get("$defs") or schema.get("definitions") or {}
-        return _gemini(schema, defs if isinstance(defs, Mapping) else {}, 0)
+        adapted = _gemini(schema, defs if isinstance(defs, Mapping) else {}, 0)
+        _GEMINI_CACHE[id(schema)] = (schema, adapted)
+        if len(_GEMINI_CACHE) > _CACHE_SIZE:
+            _GEMINI_CACHE.pop(next(iter(_GEMINI_CACHE)))
+        return adapted
     return schema
+
+
+_CACHE_SIZE = 8192
+_GEMINI_CACHE: dict[int, tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
 
 
 def _gemini(schema: Mapping[str, Any], defs: Mapping[str, Any], depth: int) -> Mapping[str, Any]:

@@ -51,7 +51,63 @@ class SchemaViolation:
 
 def check_arguments(schema: Mapping[str, Any], value: Any) -> SchemaViolation | None:
     """Return the first violation of ``schema`` by ``value``, or ``None``."""
+    entry = _FAST.get(id(schema))
+    if entry is None or entry[0] is not schema:
+        entry = (schema, _compile_flat(schema))
+        _FAST[id(schema)] = entry
+        if len(_FAST) > _FAST_SIZE:
+            _FAST.pop(next(iter(_FAST)))
+    fast = entry[1]
+    if fast is not None and type(value) is dict and fast(value):
+        return None
     return _check(schema, value, "")
+
+
+# Most tool schemas are a flat object of typed scalars. For those a checker is
+# built once per schema object; it only says "valid" quickly, and anything it
+# doubts goes through the full check, which finds and words the violation.
+_FAST_SIZE = 8192
+_FAST: dict[int, tuple[Mapping[str, Any], Callable[[dict[str, Any]], bool] | None]] = {}
+_FLAT_ROOT_KEYS = frozenset(
+    {"type", "properties", "required", "additionalProperties", "description", "title", "$schema"}
+)
+_FLAT_PROP_KEYS = frozenset({"type", "description", "title", "default", "examples"})
+
+
+def _compile_flat(schema: Mapping[str, Any]) -> Callable[[dict[str, Any]], bool] | None:
+    if schema.get("type") != "object" or not _FLAT_ROOT_KEYS.issuperset(schema):
+        return None
+    props = schema.get("properties") or {}
+    if not isinstance(props, Mapping):
+        return None
+    tests: dict[str, Callable[[Any], bool]] = {}
+    for key, sub in props.items():
+        kind = sub.get("type") if isinstance(sub, Mapping) else None
+        if not isinstance(kind, str) or kind in ("object", "array") or kind not in _TYPE_TESTS:
+            return None
+        if not _FLAT_PROP_KEYS.issuperset(sub):
+            return None
+        tests[key] = _TYPE_TESTS[kind]
+    extra = schema.get("additionalProperties", True)
+    if extra is not True and extra is not False:
+        return None
+    closed = extra is False
+    required = tuple(schema.get("required") or ())
+
+    def valid(value: dict[str, Any]) -> bool:
+        for key in required:
+            if key not in value:
+                return False
+        for key, item in value.items():
+            test = tests.get(key)
+            if test is None:
+                if closed:
+                    return False
+            elif not test(item):
+                return False
+        return True
+
+    return valid
 
 
 _TYPE_NAMES = {
@@ -65,24 +121,30 @@ _TYPE_NAMES = {
 }
 
 
-def _is_type(value: Any, type_name: str) -> bool:
-    if type_name == "object":
-        return isinstance(value, dict)
-    if type_name == "array":
-        return isinstance(value, list)
-    if type_name == "string":
-        return isinstance(value, str)
-    if type_name == "boolean":
-        return isinstance(value, bool)
-    if type_name == "null":
-        return value is None
+def _is_int(value: Any) -> bool:
     if isinstance(value, bool):
         return False
-    if type_name == "integer":
-        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-    if type_name == "number":
-        return isinstance(value, int | float)
-    return True  # an unknown type name is not ours to judge
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+_TYPE_TESTS: dict[str, Callable[[Any], bool]] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "integer": _is_int,
+    "number": _is_number,
+}
+
+
+def _is_type(value: Any, type_name: str) -> bool:
+    test = _TYPE_TESTS.get(type_name)
+    return True if test is None else test(value)  # an unknown type name is not ours to judge
 
 
 def _json_type(value: Any) -> str:
@@ -116,22 +178,25 @@ def _join(path: str, key: str) -> str:
 
 
 def _check(schema: Any, value: Any, path: str) -> SchemaViolation | None:
-    if not isinstance(schema, Mapping):
-        return None
-    branches = schema.get("anyOf") or schema.get("oneOf")
-    if isinstance(branches, list) and branches:
-        results = [_check(b, value, path) for b in branches]
-        if all(r is not None for r in results):
-            first = next(r for r in results if r is not None)
-            return (
-                first if len(branches) == 1 else _mismatch(path, value, "one of the allowed forms")
-            )
+    if type(schema) is not dict:  # the fast path: schemas are plain dicts
+        if not isinstance(schema, Mapping):
+            return None
+        schema = dict(schema)
+    if "anyOf" in schema or "oneOf" in schema:
+        violation = _check_branches(schema.get("anyOf") or schema.get("oneOf"), value, path)
+        if violation is not None:
+            return violation
     declared = schema.get("type")
     if declared is not None:
-        types = declared if isinstance(declared, list) else [declared]
-        if not any(_is_type(value, t) for t in types if isinstance(t, str)):
-            expected = " or ".join(_TYPE_NAMES.get(t, str(t)) for t in types)
-            return _mismatch(path, value, expected)
+        if type(declared) is str:
+            ok = _is_type(value, declared)
+            types = [declared]
+        else:
+            listed = declared if isinstance(declared, list) else []
+            types = [t for t in listed if isinstance(t, str)]
+            ok = not types or any(_is_type(value, t) for t in types)
+        if not ok:
+            return _mismatch(path, value, " or ".join(_TYPE_NAMES.get(t, t) for t in types))
     if "const" in schema and not _same(value, schema["const"]):
         return SchemaViolation(path, f"{_at(path)} must be {_preview(schema['const'])}.")
     enum = schema.get("enum")
@@ -140,15 +205,31 @@ def _check(schema: Any, value: Any, path: str) -> SchemaViolation | None:
         return SchemaViolation(
             path, f"{_at(path)} must be one of {allowed}; got {_preview(value)}.", "enum"
         )
-    if isinstance(value, str):
-        return _check_string(schema, value, path)
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return _check_number(schema, value, path)
-    if isinstance(value, list):
-        return _check_array(schema, value, path)
-    if isinstance(value, dict):
+    kind = type(value)
+    if kind is dict:
         return _check_object(schema, value, path)
+    if kind is str:
+        return _check_string(schema, value, path) if _STRING_KEYS & schema.keys() else None
+    if kind is list:
+        return _check_array(schema, value, path)
+    if kind is int or kind is float:
+        return _check_number(schema, value, path) if _NUMBER_KEYS & schema.keys() else None
     return None
+
+
+_STRING_KEYS = frozenset({"minLength", "maxLength"})
+_NUMBER_KEYS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+
+
+def _check_branches(branches: Any, value: Any, path: str) -> SchemaViolation | None:
+    if not isinstance(branches, list) or not branches:
+        return None
+    results = [_check(b, value, path) for b in branches]
+    if any(r is None for r in results):
+        return None
+    if len(branches) == 1:
+        return results[0]
+    return _mismatch(path, value, "one of the allowed forms")
 
 
 def _mismatch(path: str, value: Any, expected: str) -> SchemaViolation:
@@ -206,20 +287,24 @@ def _check_object(
     schema: Mapping[str, Any], value: dict[str, Any], path: str
 ) -> SchemaViolation | None:
     props = schema.get("properties")
-    props = props if isinstance(props, Mapping) else {}
+    if not isinstance(props, Mapping):
+        props = {}
     extra = schema.get("additionalProperties", True)
     if extra is False:
         for key in value:
             if key not in props:
                 return _unknown_key(path, key, props)
-    for key in schema.get("required") or ():
-        if key not in value:
-            where = f" in `{path}`" if path else ""
-            return SchemaViolation(
-                _join(path, key), f"Missing required parameter `{key}`{where}.", "required"
-            )
+    required = schema.get("required")
+    if required:
+        for key in required:
+            if key not in value:
+                where = f" in `{path}`" if path else ""
+                return SchemaViolation(
+                    _join(path, key), f"Missing required parameter `{key}`{where}.", "required"
+                )
+    fallback = extra if isinstance(extra, Mapping) else None
     for key, item in value.items():
-        sub = props.get(key, extra if isinstance(extra, Mapping) else None)
+        sub = props.get(key, fallback)
         if sub is not None:
             violation = _check(sub, item, _join(path, key))
             if violation is not None:

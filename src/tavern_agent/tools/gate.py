@@ -67,6 +67,7 @@ class ToolRequestGate:
         self.calls_refused = 0
         self.per_tool: Counter[ToolId] = Counter()
         self.workspace = workspace
+        self.cancelled = asyncio.Event()  # the invocation's cancel signal, unless a call brings one
         self.reads: dict[str, ReadState] = {}  # the invocation's read state, by path
 
     # ------------------------------------------------------------ state
@@ -141,7 +142,7 @@ class ToolRequestGate:
             scene=snap.scene,
             snapshot=snap,
             rng=self.rng,
-            cancelled=cancelled or asyncio.Event(),
+            cancelled=cancelled or self.cancelled,
             workspace=self.workspace,
             reads=self.reads,
             result_files=self.long_results.files,

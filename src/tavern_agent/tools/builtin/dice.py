@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -68,16 +69,17 @@ def parse_formula(text: str) -> Formula:
     return Formula(count, sides, modifier)
 
 
-def describe_roll(formula: Formula, rolls: list[int]) -> str:
+def describe_roll(formula: Formula, rolls: list[int], text: str | None = None) -> str:
     total = sum(rolls) + formula.modifier
+    text = text or str(formula)
     if len(rolls) == 1 and formula.modifier == 0:
-        return f"Rolled {formula}: {total}."
+        return f"Rolled {text}: {total}."
     terms = " + ".join(map(str, rolls))
     if formula.modifier > 0:
         terms += f" + {formula.modifier}"
     elif formula.modifier < 0:
         terms += f" - {-formula.modifier}"
-    return f"Rolled {formula}: {terms} = {total}."
+    return f"Rolled {text}: {terms} = {total}."
 
 
 PARAMETERS: dict[str, Any] = {
@@ -99,15 +101,24 @@ PARAMETERS: dict[str, Any] = {
     parameters=PARAMETERS,
 )
 async def ROLL(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
-    formula = parse_formula(args["formula"])
-    rolls = [ctx.rng.randint(1, formula.sides) for _ in range(formula.count)]
+    text, structured = roll_dice(args["formula"], ctx.rng)
+    return ToolOutcome(text, structured)
+
+
+def roll_dice(formula_text: str, rng: random.Random) -> tuple[str, dict[str, Any]]:
+    """Roll a formula: the result text and the structured record."""
+    formula = parse_formula(formula_text)
+    draw, sides = rng.random, formula.sides
+    # int(random() * sides) is uniform on 0..sides-1 to within 2**-53 per face.
+    rolls = [int(draw() * sides) + 1 for _ in range(formula.count)]
     total = sum(rolls) + formula.modifier
+    text = str(formula)
     structured = {
-        "formula": str(formula),
+        "formula": text,
         "rolls": rolls,
         "modifier": formula.modifier,
         "total": total,
         "min": formula.count + formula.modifier,
         "max": formula.count * formula.sides + formula.modifier,
     }
-    return ToolOutcome(describe_roll(formula, rolls), structured)
+    return describe_roll(formula, rolls, text), structured
