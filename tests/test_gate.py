@@ -264,3 +264,27 @@ async def test_no_exception_escapes_the_gate(calls: list[tuple[str, Any]]) -> No
         result = executed.result
         assert isinstance(result.content, str) and result.content
         assert result.is_error == (result.error_code is not None)
+
+
+async def test_strict_mode_nulls_for_optional_parameters_are_dropped(catalog: ToolCatalog) -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def record(args: dict[str, Any], ctx: CallContext) -> ExternalReceipt:
+        seen.append(args)
+        return ExternalReceipt("ok")
+
+    schema = {
+        "type": "object",
+        "properties": {"q": {"type": "string"}, "limit": {"type": "integer"}},
+        "required": ["q"],
+        "additionalProperties": False,
+    }
+    extensions = catalog.extensions
+    assert isinstance(extensions, InMemoryToolSource)
+    extensions.add(
+        ToolDescriptor(ToolId.extension("s", "find"), "d", schema, name_hint="find"), record
+    )
+    gate = make_gate(catalog, profile("extension/s:find"))
+    result = await call(gate, "find", '{"q": "dragon", "limit": null}')
+    assert not result.is_error
+    assert seen == [{"q": "dragon"}]

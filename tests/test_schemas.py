@@ -137,3 +137,25 @@ def test_gemini_recursive_ref_is_cut() -> None:
     while "properties" in node:
         node, depth = node["properties"]["next"], depth + 1
     assert depth <= 16 and node["type"] == "object"
+
+
+def test_null_for_an_optional_parameter_means_absent() -> None:
+    from tavern_agent.core.schema_check import drop_null_optionals
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "file_path": {"type": "string"},
+            "limit": {"type": "integer"},
+            "note": {"type": ["string", "null"]},
+            "free": {},
+        },
+        "required": ["file_path"],
+        "additionalProperties": False,
+    }
+    values = {"file_path": "a", "limit": None, "note": None, "free": None}
+    assert drop_null_optionals(schema, values) == {"file_path": "a", "note": None, "free": None}
+    # A required parameter keeps its null, so the check names it.
+    kept = drop_null_optionals(schema, {"file_path": None})
+    violation = check_arguments(schema, kept)
+    assert violation is not None and violation.path == "file_path"

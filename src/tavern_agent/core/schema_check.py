@@ -63,6 +63,44 @@ def check_arguments(schema: Mapping[str, Any], value: Any) -> SchemaViolation | 
     return _check(schema, value, "")
 
 
+def drop_null_optionals(schema: Mapping[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` without top-level ``null`` values of optional parameters.
+
+    Models often spell "not given" as ``null``, and OpenAI's strict mode makes
+    them do so for every optional parameter. Where the parameter's own schema
+    does not allow null, a null means absent; required parameters keep it, so
+    the check reports it.
+    """
+    if None not in values.values():
+        return values
+    props = schema.get("properties")
+    if not isinstance(props, Mapping):
+        return values
+    required = set(schema.get("required") or ())
+    return {
+        k: v
+        for k, v in values.items()
+        if v is not None or k in required or k not in props or _allows_null(props[k])
+    }
+
+
+def _allows_null(schema: Any) -> bool:
+    if not isinstance(schema, Mapping):
+        return True
+    declared = schema.get("type")
+    if declared is None and not any(k in schema for k in ("anyOf", "oneOf", "enum", "const")):
+        return True
+    if declared == "null" or (isinstance(declared, list) and "null" in declared):
+        return True
+    if schema.get("nullable") is True:
+        return True
+    branches = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(branches, list) and any(_allows_null(b) for b in branches):
+        return True
+    enum = schema.get("enum")
+    return isinstance(enum, list) and None in enum
+
+
 # Most tool schemas are a flat object of typed scalars. For those a checker is
 # built once per schema object; it only says "valid" quickly, and anything it
 # doubts goes through the full check, which finds and words the violation.

@@ -29,7 +29,7 @@ from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.ids import InvalidToolId, ToolId
 from tavern_agent.core.naming import builtin_model_name
 from tavern_agent.core.results import AgentToolResult, ExecutedCall, ToolOutcome
-from tavern_agent.core.schema_check import check_arguments
+from tavern_agent.core.schema_check import check_arguments, drop_null_optionals
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.dispatch import Dispatcher
 from tavern_agent.tools.results import LongResultStep, ResultFiles
@@ -118,8 +118,9 @@ class ToolRequestGate:
         parsed = parse_arguments(call.raw_arguments)
         if isinstance(parsed, InvalidArguments):
             return self._refuse(call, binding, self._bad_wire(binding, parsed))
-        # 4. schema
-        violation = check_arguments(binding.parameters, parsed.values)
+        # 4. schema (a null for an optional parameter means it was not given)
+        values = drop_null_optionals(binding.parameters, parsed.values)
+        violation = check_arguments(binding.parameters, values)
         if violation is not None:
             message = f"Arguments for {binding.model_name} do not fit: {violation.describe()}"
             outcome = ToolOutcome.fail(
@@ -147,7 +148,7 @@ class ToolRequestGate:
             reads=self.reads,
             result_files=self.long_results.files,
         )
-        dispatched = await self.dispatcher.dispatch(binding.tool_id, parsed.values, ctx)
+        dispatched = await self.dispatcher.dispatch(binding.tool_id, values, ctx)
         outcome = dispatched.outcome
         if dispatched.spills:
             outcome = self.long_results.apply(outcome, ctx, dispatched.raw)
