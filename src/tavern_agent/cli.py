@@ -8,7 +8,7 @@ import random
 import secrets
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,9 +20,9 @@ from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.core.results import ExecutedCall
 from tavern_agent.fsutil import atomic_write
-from tavern_agent.mcp.approval import policy_approver, terminal_approver
+from tavern_agent.mcp import has_registrations
+from tavern_agent.mcp.approval import Approver, policy_approver, terminal_approver
 from tavern_agent.mcp.cli import mcp_group
-from tavern_agent.mcp.manager import McpManager
 from tavern_agent.tools.builtin import builtin_registry
 from tavern_agent.tools.catalog import ProfileValidationError, ToolCatalog
 from tavern_agent.tools.dispatch import Dispatcher
@@ -34,14 +34,26 @@ from tavern_agent.workspace.read_state import load_reads, save_reads
 from tavern_agent.workspace.roots import RootPolicy
 from tavern_agent.workspace.store import Workspace, WorkspaceEscape
 
+if TYPE_CHECKING:
+    from tavern_agent.mcp.manager import McpManager
+
 PROTOCOLS = [p.value for p in ModelProtocol]
 CLI_READS = "checkpoints/cli-reads.json"  # internal: never visible to tools
 SCENES = [s.value for s in Scene]
 
 
+def _mcp_manager(data_dir: Path, approver: Approver | None = None) -> McpManager | None:
+    """The MCP manager, or ``None`` (and no SDK import) when no server is registered."""
+    if not has_registrations(data_dir):
+        return None
+    from tavern_agent.mcp.manager import McpManager
+
+    return McpManager(data_dir) if approver is None else McpManager(data_dir, approver=approver)
+
+
 def _catalog(data_dir: Path | None = None, mcp: McpManager | None = None) -> ToolCatalog:
     if mcp is None and data_dir is not None:
-        mcp = McpManager(data_dir)
+        mcp = _mcp_manager(data_dir)
     return ToolCatalog(builtin_registry(), mcp=mcp)
 
 
@@ -221,7 +233,7 @@ def call_command(
         if mcp_ask == "prompt"
         else policy_approver("allow" if mcp_ask == "allow" else "decline")
     )
-    manager = McpManager(ctx.obj["data_dir"], approver=approver)
+    manager = _mcp_manager(ctx.obj["data_dir"], approver)
     snap = _snapshot(ctx, profile, scene, protocol, manager)
     root = workspace or ctx.obj["data_dir"] / "cli-workspace"
     data = DataRoot(ctx.obj["data_dir"])
@@ -246,6 +258,8 @@ def call_command(
     call = ToolCall(f"call_{secrets.token_hex(8)}", name, MISSING if raw_args is None else raw_args)
 
     async def run() -> ExecutedCall:
+        if manager is None:
+            return await gate.handle(call, round=1)
         async with manager:
             return await gate.handle(call, round=1)
 

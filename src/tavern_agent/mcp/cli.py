@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 
-from tavern_agent.mcp.manager import McpManager
 from tavern_agent.mcp.registrations import (
     DiscoveredCatalog,
     Permission,
@@ -202,6 +201,8 @@ def mcp_discover(ctx: click.Context, ref: str) -> None:
     """Connect, list every tool (all pages), validate and cache them. New tools start off."""
 
     async def run() -> tuple[Registration, DiscoveredCatalog]:
+        from tavern_agent.mcp.manager import McpManager
+
         async with McpManager(ctx.obj["data_dir"]) as manager:
             cat = await manager.discover(ref)
             return manager.store.find(ref), cat
