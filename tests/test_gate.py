@@ -288,3 +288,12 @@ async def test_strict_mode_nulls_for_optional_parameters_are_dropped(catalog: To
     result = await call(gate, "find", '{"q": "dragon", "limit": null}')
     assert not result.is_error
     assert seen == [{"q": "dragon"}]
+
+
+async def test_common_aliases_point_to_this_snapshots_name(catalog: ToolCatalog) -> None:
+    gate = make_gate(catalog, profile(DICE))
+    result = await call(gate, "Roll")
+    assert result.error_code is ErrorCode.MODEL_UNKNOWN_TOOL_CALL
+    assert "Call it by its name here: dice_roll." in result.content
+    # An alias for a tool this snapshot lacks suggests nothing false.
+    assert "Call it by its name" not in (await call(gate, "grep")).content

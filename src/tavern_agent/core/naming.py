@@ -69,6 +69,29 @@ NAME_RULES: dict[ModelProtocol, NameRule] = {
     ),
 }
 
+# Names models often reach for (TauriTavern's later short aliases, common agent
+# tool names) → the built-in they mean. Used only to suggest the right name.
+ALIASES: dict[str, str] = {
+    "read": "workspace.read_file",
+    "cat": "workspace.read_file",
+    "write": "workspace.write_file",
+    "edit": "workspace.apply_patch",
+    "str_replace": "workspace.apply_patch",
+    "grep": "workspace.search_files",
+    "search": "workspace.search_files",
+    "ls": "workspace.list_files",
+    "list": "workspace.list_files",
+    "glob": "workspace.list_files",
+    "bash": "workspace.shell",
+    "shell": "workspace.shell",
+    "commit": "workspace.commit",
+    "finish": "workspace.finish",
+    "chat_read": "chat.read_messages",
+    "chat_search": "chat.search",
+    "roll": "dice.roll",
+    "dice": "dice.roll",
+}
+
 MCP_SERVER_SEGMENT_CHARS = 20
 _HASH_CHARS = 8
 _patterns: dict[NameRule, re.Pattern[str]] = {}

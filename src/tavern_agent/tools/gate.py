@@ -27,7 +27,7 @@ from tavern_agent.core.arguments import InvalidArguments, parse_arguments
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.ids import InvalidToolId, ToolId
-from tavern_agent.core.naming import builtin_model_name
+from tavern_agent.core.naming import ALIASES, builtin_model_name
 from tavern_agent.core.results import AgentToolResult, ExecutedCall, ToolOutcome
 from tavern_agent.core.schema_check import check_arguments, drop_null_optionals
 from tavern_agent.tools.context import CallContext
@@ -229,7 +229,10 @@ def _result(call: ToolCall, binding: ToolBinding | None, outcome: ToolOutcome) -
 
 
 def _source_form(name: str, snapshot: ToolSnapshot) -> str | None:
-    """The model name for a ToolId or dotted built-in name (``workspace.read_file``)."""
+    """The model name for a ToolId, a dotted built-in name or a common alias."""
+    alias = ALIASES.get(name.lower())
+    if alias is not None:
+        return snapshot.name_of(ToolId.builtin(alias))
     try:
         tool_id = ToolId.parse(name) if ":" in name else ToolId.builtin(name)
     except InvalidToolId:
