@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import signal
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -103,9 +103,8 @@ def serve_command(
         ws = url.replace("http://", "ws://") + PAGE_PATH
         click.echo(f"extension host: {url}  (pages connect to {ws})")
         click.echo(f"client script: {url}{CLIENT_PATH}")
-        click.echo(f"token: {host.token}  (also in {files.token_path})", nl=True)
-        with contextlib.suppress(Exception):
-            click.get_text_stream("stdout").flush()
+        click.echo(f"token: {host.token}  (also in {files.token_path})")
+        sys.stdout.flush()
         try:
             await stop.wait()
         finally:
