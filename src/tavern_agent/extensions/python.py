@@ -24,7 +24,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, get_type_hints
+from typing import Any, TypeVar, get_args, get_type_hints
 
 from pydantic import ConfigDict, ValidationError, create_model
 
@@ -277,7 +277,7 @@ def _signature_schema(
     fields: dict[str, Any] = {}
     for pname, param in signature.parameters.items():
         hint = hints.get(pname, Any)
-        if hint is ExtensionContext:
+        if hint is ExtensionContext or ExtensionContext in get_args(hint):
             context_param = pname
             continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
