@@ -72,11 +72,13 @@ def target_of(ctx: CallContext) -> dict[str, str]:
     return {"kind": "session", "sessionId": ctx.run_id}
 
 
-def receipt_for_value(value: Any, name: str) -> ExternalReceipt:
+def receipt_for_value(value: Any, name: str | Callable[[], str]) -> ExternalReceipt:
     """A returned value as a receipt: plain JSON or an error naming the type."""
     try:
-        text = value if isinstance(value, str) else json_text(value)
+        text = value if isinstance(value, str) else _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
+        if not isinstance(name, str):
+            name = name()
         return ExternalReceipt(
             content=f"{name} returned a {_type_name(value)}, which is not plain JSON "
             f"({exc}). The extension must be fixed; do not retry.",
@@ -87,9 +89,12 @@ def receipt_for_value(value: Any, name: str) -> ExternalReceipt:
     return ExternalReceipt(content=text, structured=value, raw=value)
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def json_text(value: Any) -> str:
     """Compact JSON, rejecting NaN and non-JSON types."""
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return _ENCODER.encode(value)
 
 
 def _type_name(value: Any) -> str:
@@ -117,8 +122,11 @@ class PythonTool:
     is_async: bool
     enabled: bool = True
 
+    def model_name(self, ctx: CallContext) -> str:
+        tool_id = self.descriptor.tool_id
+        return ctx.snapshot.name_of(tool_id) or tool_id.name
+
     async def call(self, arguments: dict[str, Any], ctx: CallContext) -> ExternalReceipt:
-        name = ctx.model_name(str(self.descriptor.tool_id), self.descriptor.tool_id.name)
         kwargs: dict[str, Any]
         if self.arguments_model is not None:
             try:
@@ -126,6 +134,7 @@ class PythonTool:
             except ValidationError as exc:
                 first = exc.errors()[0]
                 where = ".".join(str(p) for p in first["loc"]) or "arguments"
+                name = self.model_name(ctx)
                 return ExternalReceipt(
                     content=f"Arguments for {name} do not fit: {where}: {first['msg']}.",
                     is_error=True,
@@ -145,9 +154,11 @@ class PythonTool:
         except Exception as exc:  # the function's own failure is a result, never a crash
             message = str(exc) or type(exc).__name__
             return error_receipt(
-                name, message, raw={"exception": type(exc).__name__, "message": str(exc)}
+                self.model_name(ctx),
+                message,
+                raw={"exception": type(exc).__name__, "message": str(exc)},
             )
-        return receipt_for_value(value, name)
+        return receipt_for_value(value, lambda: self.model_name(ctx))
 
 
 @dataclass
