@@ -165,15 +165,23 @@ async def until_page(page: Page, condition: str) -> None:
 async def test_second_page_with_same_tool_id_is_refused(
     served: Served, browser: Browser, remote: RemoteExtensionTools
 ) -> None:
-    await open_page(browser, served, "echo")
+    first, _ = await open_page(browser, served, "echo")
     _, answer = await open_page(browser, served, "silent", "echo")
     assert answer["error"] == "extension.tool_already_registered"
     assert "extension/page-test:echo is registered already" in answer["message"]
     assert answer["ids"] == [str(SILENT)]
     await until(lambda: SILENT in remote.tools, "second page's other tool listed")
     assert remote.origin(ECHO) != remote.origin(SILENT)
-    result = await call(gate_for(remote), "echo", '{"text": "first"}')
+    gate = gate_for(remote)
+    result = await call(gate, "echo", '{"text": "first"}')
     assert result.structured["echoed"] == "first"
+
+    # The owner switches it off: the old snapshot's call is refused, no action taken.
+    await first.evaluate("agent.tools.setEnabled('extension/page-test:echo', false)")
+    await until(lambda: not remote.tools[ECHO].enabled, "echo disabled")
+    off = await call(gate, "echo", '{"text": "again"}')
+    assert off.error_code is ErrorCode.TOOL_UNAVAILABLE
+    assert off.content == "echo is unavailable (it has been disabled); no action was taken."
 
 
 async def test_refused_without_token_or_from_a_foreign_origin(
