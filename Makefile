@@ -12,6 +12,8 @@ $(STAMP): pyproject.toml tests/peers/package-lock.json
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	npm ci --prefix tests/peers --no-audit --no-fund --loglevel=error
+	command -v chromium >/dev/null || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -39,6 +41,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/search.py
 	$(BIN)/python benchmarks/mcp_overhead.py
+	$(BIN)/python benchmarks/extension_roundtrip.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -16,15 +16,17 @@ from tavern_agent.config import default_data_dir, profiles_dir, resolve_profile
 from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
+from tavern_agent.core.ids import ToolId, ToolKind
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.core.results import ExecutedCall
+from tavern_agent.extensions.cli import listing_sources, live_sources, load_modules, serve_command
 from tavern_agent.fsutil import atomic_write
 from tavern_agent.mcp import has_registrations
 from tavern_agent.mcp.approval import Approver, policy_approver, terminal_approver
 from tavern_agent.mcp.cli import mcp_group
 from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ProfileValidationError, ToolCatalog
+from tavern_agent.tools.catalog import ExtensionTools, ProfileValidationError, ToolCatalog
 from tavern_agent.tools.dispatch import Dispatcher
 from tavern_agent.tools.gate import ToolRequestGate
 from tavern_agent.tools.results import DirectoryResultFiles
@@ -51,16 +53,27 @@ def _mcp_manager(data_dir: Path, approver: Approver | None = None) -> McpManager
     return McpManager(data_dir) if approver is None else McpManager(data_dir, approver=approver)
 
 
-def _catalog(data_dir: Path | None = None, mcp: McpManager | None = None) -> ToolCatalog:
+def _catalog(
+    data_dir: Path | None = None,
+    mcp: McpManager | None = None,
+    extensions: ExtensionTools | None = None,
+) -> ToolCatalog:
     if mcp is None and data_dir is not None:
         mcp = _mcp_manager(data_dir)
-    return ToolCatalog(builtin_registry(), mcp=mcp)
+    if extensions is None and data_dir is not None:
+        extensions = listing_sources(data_dir)
+    return ToolCatalog(builtin_registry(), mcp=mcp, extensions=extensions)
 
 
-def _profile(ctx: click.Context, profile_spec: str | None, scene: Scene) -> Profile:
+def _profile(
+    ctx: click.Context,
+    profile_spec: str | None,
+    scene: Scene,
+    extensions: ExtensionTools | None = None,
+) -> Profile:
     try:
         if profile_spec is None:
-            catalog = _catalog(ctx.obj["data_dir"])
+            catalog = _catalog(ctx.obj["data_dir"], extensions=extensions)
             return Profile.allowing([d.tool_id for d in catalog.descriptors(scene)])
         return resolve_profile(profile_spec, ctx.obj["data_dir"])
     except ProfileError as exc:
@@ -68,9 +81,14 @@ def _profile(ctx: click.Context, profile_spec: str | None, scene: Scene) -> Prof
 
 
 def _snapshot(
-    ctx: click.Context, profile: Profile, scene: str, protocol: str, mcp: McpManager | None = None
+    ctx: click.Context,
+    profile: Profile,
+    scene: str,
+    protocol: str,
+    mcp: McpManager | None = None,
+    extensions: ExtensionTools | None = None,
 ) -> ToolSnapshot:
-    catalog = _catalog(ctx.obj["data_dir"], mcp)
+    catalog = _catalog(ctx.obj["data_dir"], mcp, extensions)
     snapshot_id = f"cli-{secrets.token_hex(6)}"
     return build_snapshot(catalog, profile, Scene(scene), ModelProtocol(protocol), snapshot_id)
 
@@ -108,15 +126,23 @@ def _protocol_option(f: Any) -> Any:
     default=None,
     help="Data root (default: $TAVERN_AGENT_DATA_DIR or ~/.local/share/tavern-agent).",
 )
+@click.option(
+    "--ext",
+    "ext_modules",
+    multiple=True,
+    metavar="MODULE",
+    help="Import MODULE, which registers Python extension tools (repeatable).",
+)
 @click.version_option(package_name="tavern-agent")
 @click.pass_context
-def cli(ctx: click.Context, data_dir: Path | None) -> None:
+def cli(ctx: click.Context, data_dir: Path | None, ext_modules: tuple[str, ...]) -> None:
     """tavern-agent: the tool layer of a roleplay chat agent.
 
     List the tools a profile offers a model, or send one call through the
     same gate, dispatch and result steps a real run uses.
     """
     ctx.obj = {"data_dir": data_dir or default_data_dir()}
+    load_modules(ext_modules)
 
 
 @cli.group()
@@ -136,12 +162,20 @@ def tools_list(
     ctx: click.Context, profile_spec: str | None, scene: str, protocol: str, as_json: bool
 ) -> None:
     """Print the tools a model would be offered: name, ToolId, description, parameters."""
-    snap = _snapshot(ctx, _profile(ctx, profile_spec, Scene(scene)), scene, protocol)
+    extensions = listing_sources(ctx.obj["data_dir"])
+    profile = _profile(ctx, profile_spec, Scene(scene), extensions)
+    snap = _snapshot(ctx, profile, scene, protocol, extensions=extensions)
     if as_json:
-        click.echo(json.dumps(listing_json(snap), ensure_ascii=False, indent=2))
+        listing = listing_json(snap)
+        for entry in listing["tools"]:
+            entry["registeredBy"] = extensions.origin(ToolId.parse(entry["toolId"]))
+        click.echo(json.dumps(listing, ensure_ascii=False, indent=2))
         return
     for b in snap.bindings:
         click.echo(f"{b.model_name}  ({b.tool_id})")
+        origin = extensions.origin(b.tool_id) if b.tool_id.kind is ToolKind.EXTENSION else None
+        if origin:
+            click.echo(f"  registered by {origin}")
         click.echo(f"  {b.descriptor.description}")
         for line in _parameter_lines(b.parameters):
             click.echo(f"    {line}")
@@ -227,44 +261,53 @@ def call_command(
     Omit RAW_ARGS for a call whose arguments field was missing. Error results
     are results: they print and exit 0.
     """
-    profile = _profile(ctx, profile_spec, Scene(scene))
     approver = (
         terminal_approver()
         if mcp_ask == "prompt"
         else policy_approver("allow" if mcp_ask == "allow" else "decline")
     )
     manager = _mcp_manager(ctx.obj["data_dir"], approver)
-    snap = _snapshot(ctx, profile, scene, protocol, manager)
     root = workspace or ctx.obj["data_dir"] / "cli-workspace"
     data = DataRoot(ctx.obj["data_dir"])
-    ws = Workspace(
-        root,
-        RootPolicy.for_scene(Scene(scene), profile.workspace),
-        skills_dir=data.skills_dir,
-        visible_skills=frozenset(s.folder for s in data.skills(profile)),
-    )
-    gate = ToolRequestGate(
-        snap,
-        Dispatcher(_catalog(mcp=manager)),
-        result_files=DirectoryResultFiles(root),
-        run_id="cli",
-        rng=random.Random(seed),
-        workspace=ws,
-    )
-    # Successive `call`s on one workspace act like calls of one invocation: what
-    # was read is remembered, so write → read → patch works by hand.
     reads_file = root / CLI_READS
-    gate.reads.update(load_reads(reads_file))
     call = ToolCall(f"call_{secrets.token_hex(8)}", name, MISSING if raw_args is None else raw_args)
 
-    async def run() -> ExecutedCall:
-        if manager is None:
-            return await gate.handle(call, round=1)
-        async with manager:
-            return await gate.handle(call, round=1)
+    def make_gate(extensions: ExtensionTools) -> ToolRequestGate:
+        profile = _profile(ctx, profile_spec, Scene(scene), extensions)
+        snap = _snapshot(ctx, profile, scene, protocol, manager, extensions)
+        ws = Workspace(
+            root,
+            RootPolicy.for_scene(Scene(scene), profile.workspace),
+            skills_dir=data.skills_dir,
+            visible_skills=frozenset(s.folder for s in data.skills(profile)),
+        )
+        gate = ToolRequestGate(
+            snap,
+            Dispatcher(_catalog(mcp=manager, extensions=extensions)),
+            result_files=DirectoryResultFiles(root),
+            run_id="cli",
+            rng=random.Random(seed),
+            workspace=ws,
+        )
+        # Successive `call`s on one workspace act like calls of one invocation: what
+        # was read is remembered, so write → read → patch works by hand.
+        gate.reads.update(load_reads(reads_file))
+        return gate
+
+    async def run() -> tuple[ExecutedCall, ToolRequestGate]:
+        extensions, remote = await live_sources(ctx.obj["data_dir"])
+        try:
+            gate = make_gate(extensions)
+            if manager is None:
+                return await gate.handle(call, round=1), gate
+            async with manager:
+                return await gate.handle(call, round=1), gate
+        finally:
+            if remote is not None:
+                await remote.aclose()
 
     try:
-        executed = asyncio.run(run())
+        executed, gate = asyncio.run(run())
     except WorkspaceEscape as exc:
         click.echo(f"tavern-agent: fatal: {exc}", err=True)
         sys.exit(1)
@@ -339,6 +382,7 @@ def profile_validate(ctx: click.Context, profile_spec: str) -> None:
 
 
 cli.add_command(mcp_group)
+cli.add_command(serve_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -53,6 +53,11 @@ class ErrorCode(StrEnum):
     MCP_ARGUMENTS_TOO_LARGE = "mcp.arguments_too_large"
     EXTENSION_TOOL_ERROR = "extension.tool_error"
     EXTENSION_TOOL_TIMEOUT = "extension.tool_timeout"
+    EXTENSION_TOOL_DISCONNECTED = "extension.tool_disconnected"
+    EXTENSION_TOOL_CANCELLED = "extension.tool_cancelled"
+    EXTENSION_TOOL_ALREADY_REGISTERED = "extension.tool_already_registered"
+    EXTENSION_INVALID_RESULT = "extension.invalid_result"
+    EXTENSION_HOST_UNAVAILABLE = "extension.host_unavailable"
     # built-in tool families
     DICE_INVALID_FORMULA = "dice.invalid_formula"
 
@@ -137,6 +142,21 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
     ErrorCode.EXTENSION_TOOL_ERROR: ErrorInfo(True, "The extension function raised an error."),
     ErrorCode.EXTENSION_TOOL_TIMEOUT: ErrorInfo(
         False, "The extension did not answer in time; it may have executed."
+    ),
+    ErrorCode.EXTENSION_TOOL_DISCONNECTED: ErrorInfo(
+        False, "The page that registered the tool went away mid-call; it may have executed."
+    ),
+    ErrorCode.EXTENSION_TOOL_CANCELLED: ErrorInfo(
+        False, "The run was cancelled while the extension ran; it may have executed."
+    ),
+    ErrorCode.EXTENSION_TOOL_ALREADY_REGISTERED: ErrorInfo(
+        True, "A registration named a ToolId that is registered already (never a model result)."
+    ),
+    ErrorCode.EXTENSION_INVALID_RESULT: ErrorInfo(
+        True, "The extension function returned something that is not plain JSON."
+    ),
+    ErrorCode.EXTENSION_HOST_UNAVAILABLE: ErrorInfo(
+        True, "The extension host could not be reached; the call was not sent."
     ),
     ErrorCode.DICE_INVALID_FORMULA: ErrorInfo(True, "The dice formula is not allowed."),
 }

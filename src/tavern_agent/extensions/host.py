@@ -1,0 +1,672 @@
+"""The extension host: web pages register tools over a WebSocket, the runtime calls them.
+
+One process (``tavern-agent serve``) listens on 127.0.0.1 only and serves:
+
+* ``GET /ext/tavern-agent.js`` — the page client (``tavernAgent.connect(url, token)``);
+* ``GET /pages/<file>`` — static pages from an optional folder;
+* ``/ext/ws`` — the page channel: a browser page registers tools and answers calls;
+* ``/ext/runtime`` — the runtime channel: a tavern-agent process (see
+  :mod:`tavern_agent.extensions.remote`) reads the catalog and invokes tools.
+
+Both WebSocket paths demand the token created at start, offered as the
+subprotocol ``token.<hex>`` beside ``tavern-agent.v1`` (browsers cannot set
+headers). The page channel demands an ``Origin`` from the allow list; the
+runtime channel refuses any ``Origin``, so no web page can call tools. Both
+checks happen before the handshake completes, so a refused client never gets
+to send a message. Messages are capped in size; a malformed message closes
+that connection only.
+
+Page protocol (JSON text messages)::
+
+    page → host  {"type": "register", "id": 1, "tool": {extensionId, name, description,
+                  inputSchema, contexts, enabled}}
+                 {"type": "set_enabled", "id": 2, "toolId": "...", "enabled": false}
+                 {"type": "unregister", "id": 3, "toolId": "..."}
+                 {"type": "list", "id": 4}
+                 {"type": "resolve", "callId": "...", "ok": true, "result": <json>}
+                 {"type": "resolve", "callId": "...", "ok": false, "error": {"message": "..."}}
+    host → page  {"type": "ack", "id": 1, "ok": true, "result": ...}
+                 {"type": "ack", "id": 1, "ok": false, "code": "...", "message": "..."}
+                 {"type": "call", "callId": "...", "toolId": "...", "arguments": {...},
+                  "context": {runId, invocationId, callId, target}}
+                 {"type": "cancel", "callId": "...", "reason": "cancelled" | "timeout"}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import secrets
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+from websockets.typing import Subprotocol
+
+from tavern_agent.core.descriptors import EMPTY_PARAMETERS, Scene, ToolDescriptor
+from tavern_agent.core.errors import ErrorCode
+from tavern_agent.core.ids import InvalidToolId, ToolId
+from tavern_agent.extensions.python import (
+    receipt_for_value,
+    target_of,
+    unavailable,
+)
+from tavern_agent.tools.catalog import ExternalReceipt
+from tavern_agent.tools.context import CallContext
+
+log = logging.getLogger(__name__)
+
+SUBPROTOCOL = Subprotocol("tavern-agent.v1")
+TOKEN_PREFIX = "token."
+PAGE_PATH = "/ext/ws"
+RUNTIME_PATH = "/ext/runtime"
+CLIENT_PATH = "/ext/tavern-agent.js"
+PAGES_PREFIX = "/pages/"
+DEFAULT_CALL_TIMEOUT = 60.0
+MAX_MESSAGE_BYTES = 1024 * 1024
+DESCRIPTION_CHARS = 2_000
+UNKNOWN = "It may have run. Check the current state before repeating it."
+CLOSE_MALFORMED = 1008
+
+
+class MalformedMessage(ValueError):
+    """A message that breaks the protocol; its connection is closed."""
+
+
+def client_script() -> bytes:
+    """The page client, ``tavern-agent.js``."""
+    return resources.files("tavern_agent.extensions").joinpath("tavern-agent.js").read_bytes()
+
+
+@dataclass(frozen=True, slots=True)
+class CallMeta:
+    """The identities sent to the extension with each call."""
+
+    run_id: str
+    invocation_id: str
+    call_id: str
+    target: Mapping[str, str]
+    name: str  # the model's name for the tool, for texts
+
+    @classmethod
+    def of(cls, tool_id: ToolId, ctx: CallContext) -> CallMeta:
+        name = ctx.model_name(str(tool_id), tool_id.name)
+        return cls(ctx.run_id, ctx.invocation_id, ctx.call_id, target_of(ctx), name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runId": self.run_id,
+            "invocationId": self.invocation_id,
+            "callId": self.call_id,
+            "target": dict(self.target),
+        }
+
+
+@dataclass(eq=False)
+class Page:
+    """One connected page; its registrations live as long as its connection."""
+
+    connection: ServerConnection
+    label: str
+    tools: set[ToolId] = field(default_factory=set)
+    pending: set[str] = field(default_factory=set)
+
+    async def send(self, message: Mapping[str, Any]) -> None:
+        await self.connection.send(json.dumps(message, ensure_ascii=False))
+
+
+@dataclass(slots=True)
+class WebTool:
+    descriptor: ToolDescriptor
+    page: Page
+    enabled: bool
+
+
+@dataclass(slots=True)
+class Pending:
+    page: Page
+    future: asyncio.Future[ExternalReceipt]
+    name: str
+
+
+def descriptor_json(d: ToolDescriptor, registered_by: str, enabled: bool) -> dict[str, Any]:
+    return {
+        "id": str(d.tool_id),
+        "nativeName": d.name_hint or d.tool_id.name,
+        "description": d.description,
+        "inputSchema": dict(d.parameters),
+        "contexts": sorted(s.value for s in d.scenes),
+        "enabled": enabled,
+        "source": registered_by,
+    }
+
+
+def descriptor_from_json(data: Mapping[str, Any]) -> ToolDescriptor:
+    tool_id = ToolId.parse(data["id"])
+    return ToolDescriptor(
+        tool_id=tool_id,
+        description=data["description"],
+        parameters=data["inputSchema"],
+        scenes=frozenset(Scene(s) for s in data["contexts"]),
+        label=tool_id.source,
+        name_hint=data.get("nativeName"),
+    )
+
+
+def receipt_json(r: ExternalReceipt) -> dict[str, Any]:
+    return {
+        "content": r.content,
+        "structured": r.structured,
+        "isError": r.is_error,
+        "errorCode": None if r.error_code is None else r.error_code.value,
+        "raw": r.raw,
+    }
+
+
+def receipt_from_json(data: Mapping[str, Any]) -> ExternalReceipt:
+    code = data.get("errorCode")
+    return ExternalReceipt(
+        content=str(data.get("content", "")),
+        structured=data.get("structured"),
+        is_error=bool(data.get("isError")),
+        error_code=None if code is None else ErrorCode(code),
+        raw=data.get("raw"),
+    )
+
+
+def fail(code: ErrorCode, message: str, raw: Any = None) -> ExternalReceipt:
+    return ExternalReceipt(content=message, is_error=True, error_code=code, raw=raw)
+
+
+def offered_token(request: Request) -> str | None:
+    """The token a client offered as the subprotocol ``token.<hex>``, if any."""
+    for header in request.headers.get_all("Sec-WebSocket-Protocol"):
+        for item in header.split(","):
+            item = item.strip()
+            if item.startswith(TOKEN_PREFIX):
+                return item[len(TOKEN_PREFIX) :]
+    return None
+
+
+class ExtensionHost:
+    """Pages' tools as the :class:`~tavern_agent.tools.catalog.ExtensionTools` port.
+
+    Usable in-process (``async with ExtensionHost() as host``, then pass it to
+    a :class:`~tavern_agent.tools.catalog.ToolCatalog`) or from another
+    process through the runtime channel.
+    """
+
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        allowed_origins: Iterable[str] = (),
+        call_timeout: float = DEFAULT_CALL_TIMEOUT,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        pages_dir: Path | None = None,
+    ) -> None:
+        self.token = token or secrets.token_hex(32)
+        self.extra_origins = {o.rstrip("/") for o in allowed_origins}
+        self.call_timeout = call_timeout
+        self.max_message_bytes = max_message_bytes
+        self.pages_dir = pages_dir.resolve() if pages_dir is not None else None
+        self.tools: dict[ToolId, WebTool] = {}
+        self.pages: set[Page] = set()
+        self.pending: dict[str, Pending] = {}
+        self.runtimes: set[ServerConnection] = set()
+        self.port = 0
+        self._server: Server | None = None
+        self._script = client_script()
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self, port: int = 0) -> str:
+        """Listen on 127.0.0.1:``port`` (0 picks a free one); return the base URL."""
+        self._server = await serve(
+            self._handle,
+            "127.0.0.1",
+            port,
+            process_request=self._process_request,
+            select_subprotocol=self._select_subprotocol,
+            max_size=self.max_message_bytes,
+            compression=None,
+            server_header=None,
+        )
+        sockets = list(self._server.sockets)
+        self.port = int(sockets[0].getsockname()[1])
+        return self.url
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def allowed_origins(self) -> set[str]:
+        own = {f"http://127.0.0.1:{self.port}", f"http://localhost:{self.port}"}
+        return own | self.extra_origins
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def __aenter__(self) -> ExtensionHost:
+        if self._server is None:
+            await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------ HTTP and handshake
+
+    def _select_subprotocol(
+        self, connection: ServerConnection, offered: Sequence[Subprotocol]
+    ) -> Subprotocol | None:
+        return SUBPROTOCOL if SUBPROTOCOL in offered else None
+
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        path = request.path.split("?", 1)[0]
+        if path == CLIENT_PATH:
+            return self._static(self._script, "text/javascript; charset=utf-8")
+        if path.startswith(PAGES_PREFIX):
+            return self._page_file(connection, path[len(PAGES_PREFIX) :])
+        if path not in (PAGE_PATH, RUNTIME_PATH):
+            return connection.respond(404, "Not found\n")
+        token = offered_token(request)
+        if token is None or not hmac.compare_digest(token.encode(), self.token.encode()):
+            return connection.respond(401, "A valid token is required\n")
+        origin = request.headers.get("Origin")
+        if path == PAGE_PATH and (origin is None or origin.rstrip("/") not in self.allowed_origins):
+            log.warning("extension host: refused page connection from origin %r", origin)
+            return connection.respond(403, "Origin not allowed\n")
+        if path == RUNTIME_PATH and origin is not None:
+            return connection.respond(403, "The runtime channel is not for web pages\n")
+        return None
+
+    def _static(self, body: bytes, content_type: str) -> Response:
+        headers = Headers(
+            [
+                ("Content-Type", content_type),
+                ("Content-Length", str(len(body))),
+                ("Cache-Control", "no-store"),
+            ]
+        )
+        return Response(200, "OK", headers, body)
+
+    def _page_file(self, connection: ServerConnection, relative: str) -> Response:
+        if self.pages_dir is None:
+            return connection.respond(404, "Not found\n")
+        target = (self.pages_dir / relative).resolve()
+        if not target.is_relative_to(self.pages_dir) or not target.is_file():
+            return connection.respond(404, "Not found\n")
+        kind = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}.get(
+            target.suffix, "application/octet-stream"
+        )
+        return self._static(target.read_bytes(), f"{kind}; charset=utf-8")
+
+    async def _handle(self, connection: ServerConnection) -> None:
+        assert connection.request is not None
+        if connection.request.path.split("?", 1)[0] == RUNTIME_PATH:
+            await self._serve_runtime(connection)
+        else:
+            await self._serve_page(connection)
+
+    # ------------------------------------------------------------ page channel
+
+    async def _serve_page(self, connection: ServerConnection) -> None:
+        assert connection.request is not None
+        origin = connection.request.headers.get("Origin", "?")
+        page = Page(connection, f"page {origin} #{uuid.uuid4().hex[:6]}")
+        self.pages.add(page)
+        try:
+            async for raw in connection:
+                try:
+                    await self._page_message(page, _parse(raw))
+                except MalformedMessage as exc:
+                    log.warning("extension host: %s: %s; closing it", page.label, exc)
+                    await connection.close(CLOSE_MALFORMED, str(exc)[:120])
+                    break
+        except ConnectionClosed:
+            pass
+        finally:
+            self._drop_page(page)
+
+    def _drop_page(self, page: Page) -> None:
+        self.pages.discard(page)
+        for tool_id in page.tools:
+            self.tools.pop(tool_id, None)
+        for key in list(page.pending):
+            pending = self.pending.get(key)
+            if pending is not None and not pending.future.done():
+                pending.future.set_result(
+                    fail(
+                        ErrorCode.EXTENSION_TOOL_DISCONNECTED,
+                        f"{pending.name} lost its extension page mid-call. {UNKNOWN}",
+                    )
+                )
+        if page.tools:
+            page.tools.clear()
+            self._catalog_changed()
+
+    async def _page_message(self, page: Page, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "resolve":
+            self._resolve(page, message)
+            return
+        request_id = message.get("id")
+        if not isinstance(request_id, int):
+            raise MalformedMessage(f"{kind!r} message without an integer id")
+        try:
+            result = self._page_request(page, kind, message)
+        except _Refused as refused:
+            await page.send(
+                {
+                    "type": "ack",
+                    "id": request_id,
+                    "ok": False,
+                    "code": refused.code.value,
+                    "message": refused.message,
+                }
+            )
+            return
+        await page.send({"type": "ack", "id": request_id, "ok": True, "result": result})
+
+    def _page_request(self, page: Page, kind: Any, message: dict[str, Any]) -> Any:
+        if kind == "register":
+            tool = message.get("tool")
+            if not isinstance(tool, dict):
+                raise MalformedMessage("register without a tool object")
+            descriptor, enabled = _web_descriptor(tool)
+            if descriptor.tool_id in self.tools:
+                raise _Refused(
+                    ErrorCode.EXTENSION_TOOL_ALREADY_REGISTERED,
+                    f"{descriptor.tool_id} is registered already "
+                    f"(by {self.tools[descriptor.tool_id].page.label})",
+                )
+            self.tools[descriptor.tool_id] = WebTool(descriptor, page, enabled)
+            page.tools.add(descriptor.tool_id)
+            self._catalog_changed()
+            return {"toolId": str(descriptor.tool_id)}
+        if kind in ("set_enabled", "unregister"):
+            tool_id = self._own_tool(page, message.get("toolId"))
+            if kind == "unregister":
+                self.tools.pop(tool_id, None)
+                page.tools.discard(tool_id)
+            else:
+                self.tools[tool_id].enabled = bool(message.get("enabled"))
+            self._catalog_changed()
+            return {"toolId": str(tool_id)}
+        if kind == "list":
+            return {"tools": self.listing(), "diagnostics": []}
+        raise MalformedMessage(f"unknown message type {kind!r}")
+
+    def _own_tool(self, page: Page, raw: Any) -> ToolId:
+        try:
+            tool_id = ToolId.parse(raw)
+        except InvalidToolId as exc:
+            raise _Refused(ErrorCode.TOOL_INVALID_ARGUMENTS, str(exc)) from None
+        if tool_id not in page.tools:
+            raise _Refused(ErrorCode.TOOL_UNAVAILABLE, f"{tool_id} is not registered by this page")
+        return tool_id
+
+    def _resolve(self, page: Page, message: dict[str, Any]) -> None:
+        key = message.get("callId")
+        if not isinstance(key, str):
+            raise MalformedMessage("resolve without a callId")
+        pending = self.pending.get(key)
+        if pending is None or pending.page is not page or pending.future.done():
+            log.debug("extension host: late or unknown receipt %s ignored", key)
+            return
+        if message.get("ok") is True:
+            receipt = receipt_for_value(message.get("result"), pending.name)
+        else:
+            error = message.get("error")
+            text = error.get("message") if isinstance(error, dict) else None
+            text = str(text)[:DESCRIPTION_CHARS] if text else "the extension reported an error"
+            receipt = fail(ErrorCode.EXTENSION_TOOL_ERROR, f"{pending.name} failed: {text}", error)
+        pending.future.set_result(receipt)
+
+    # ------------------------------------------------------------ the port
+
+    def catalog(self, scene: Scene) -> Sequence[ToolDescriptor]:
+        return [
+            t.descriptor for t in self.tools.values() if t.enabled and t.descriptor.serves(scene)
+        ]
+
+    def availability(self, tool_id: ToolId) -> str | None:
+        found = self.tools.get(tool_id)
+        if found is None:
+            return "it is no longer registered"
+        return None if found.enabled else "it has been disabled"
+
+    def origin(self, tool_id: ToolId) -> str | None:
+        found = self.tools.get(tool_id)
+        return None if found is None else found.page.label
+
+    def listing(self) -> list[dict[str, Any]]:
+        return [
+            descriptor_json(t.descriptor, t.page.label, t.enabled)
+            for t in sorted(self.tools.values(), key=lambda t: t.descriptor.tool_id)
+        ]
+
+    async def invoke(
+        self, tool_id: ToolId, arguments: dict[str, Any], context: CallContext
+    ) -> ExternalReceipt:
+        return await self.call(tool_id, arguments, CallMeta.of(tool_id, context), context.cancelled)
+
+    async def call(
+        self,
+        tool_id: ToolId,
+        arguments: dict[str, Any],
+        meta: CallMeta,
+        cancelled: asyncio.Event,
+    ) -> ExternalReceipt:
+        """Send a call event to the owning page and wait for its receipt."""
+        tool = self.tools.get(tool_id)
+        if tool is None or not tool.enabled:
+            return unavailable(meta.name)
+        page = tool.page
+        key = uuid.uuid4().hex
+        future: asyncio.Future[ExternalReceipt] = asyncio.get_running_loop().create_future()
+        self.pending[key] = Pending(page, future, meta.name)
+        page.pending.add(key)
+        waiter: asyncio.Future[Any] = asyncio.ensure_future(cancelled.wait())
+        both: set[asyncio.Future[Any]] = {future, waiter}
+        reason = ""
+        try:
+            try:
+                await page.send(
+                    {
+                        "type": "call",
+                        "callId": key,
+                        "toolId": str(tool_id),
+                        "arguments": arguments,
+                        "context": meta.to_json(),
+                    }
+                )
+            except ConnectionClosed:
+                return fail(
+                    ErrorCode.EXTENSION_TOOL_DISCONNECTED,
+                    f"{meta.name} lost its extension page mid-call. {UNKNOWN}",
+                )
+            done, _ = await asyncio.wait(
+                both, timeout=self.call_timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if future in done:
+                return future.result()
+            if waiter in done:
+                reason = "cancelled"
+                return fail(
+                    ErrorCode.EXTENSION_TOOL_CANCELLED,
+                    f"{meta.name} was cancelled with the run. {UNKNOWN}",
+                )
+            reason = "timeout"
+            return fail(
+                ErrorCode.EXTENSION_TOOL_TIMEOUT,
+                f"{meta.name} got no answer within {self.call_timeout:g} s. {UNKNOWN}",
+            )
+        except asyncio.CancelledError:
+            reason = "cancelled"
+            raise
+        finally:
+            waiter.cancel()
+            self.pending.pop(key, None)
+            page.pending.discard(key)
+            if reason and page in self.pages:
+                with contextlib.suppress(ConnectionClosed):
+                    await page.send({"type": "cancel", "callId": key, "reason": reason})
+
+    # ------------------------------------------------------------ runtime channel
+
+    def _catalog_changed(self) -> None:
+        if not self.runtimes:
+            return
+        message = json.dumps({"type": "catalog", "tools": self.listing()}, ensure_ascii=False)
+        for connection in list(self.runtimes):
+            task = asyncio.ensure_future(connection.send(message))
+            task.add_done_callback(_quiet)
+
+    async def _serve_runtime(self, connection: ServerConnection) -> None:
+        events: dict[Any, asyncio.Event] = {}
+        tasks: set[asyncio.Task[None]] = set()
+        self.runtimes.add(connection)
+        try:
+            await connection.send(json.dumps({"type": "catalog", "tools": self.listing()}))
+            async for raw in connection:
+                try:
+                    message = _parse(raw)
+                    if message.get("type") == "cancel":
+                        event = events.get(message.get("id"))
+                        if event is not None:
+                            event.set()
+                        continue
+                    if message.get("type") != "invoke":
+                        raise MalformedMessage(f"unknown message type {message.get('type')!r}")
+                    request_id, tool_id, arguments, meta = _invoke_request(message)
+                except MalformedMessage as exc:
+                    await connection.close(CLOSE_MALFORMED, str(exc)[:120])
+                    break
+                event = events[request_id] = asyncio.Event()
+                task = asyncio.ensure_future(
+                    self._run_for(connection, request_id, tool_id, arguments, meta, event, events)
+                )
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        except ConnectionClosed:
+            pass
+        finally:
+            self.runtimes.discard(connection)
+            for event in events.values():  # the runtime went away: abort its calls
+                event.set()
+
+    async def _run_for(
+        self,
+        connection: ServerConnection,
+        request_id: Any,
+        tool_id: ToolId,
+        arguments: dict[str, Any],
+        meta: CallMeta,
+        cancelled: asyncio.Event,
+        events: dict[Any, asyncio.Event],
+    ) -> None:
+        try:
+            receipt = await self.call(tool_id, arguments, meta, cancelled)
+            reply = {"type": "receipt", "id": request_id, "receipt": receipt_json(receipt)}
+            with contextlib.suppress(ConnectionClosed):
+                await connection.send(json.dumps(reply, ensure_ascii=False))
+        finally:
+            events.pop(request_id, None)
+
+
+class _Refused(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _quiet(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+def _parse(raw: str | bytes) -> dict[str, Any]:
+    if not isinstance(raw, str):
+        raise MalformedMessage("binary message")
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        raise MalformedMessage("not JSON") from None
+    if not isinstance(message, dict):
+        raise MalformedMessage("not a JSON object")
+    return message
+
+
+def _invoke_request(message: dict[str, Any]) -> tuple[Any, ToolId, dict[str, Any], CallMeta]:
+    request_id = message.get("id")
+    arguments = message.get("arguments")
+    ctx = message.get("context")
+    if not isinstance(arguments, dict) or not isinstance(ctx, dict):
+        raise MalformedMessage("invoke needs arguments and context objects")
+    try:
+        tool_id = ToolId.parse(str(message.get("toolId")))
+        target = {str(k): str(v) for k, v in dict(ctx["target"]).items()}
+        meta = CallMeta(
+            str(ctx["runId"]),
+            str(ctx["invocationId"]),
+            str(ctx["callId"]),
+            target,
+            str(ctx.get("name") or tool_id.name),
+        )
+    except (InvalidToolId, KeyError, TypeError, ValueError) as exc:
+        raise MalformedMessage(f"bad invoke: {exc}") from None
+    return request_id, tool_id, arguments, meta
+
+
+def _web_descriptor(tool: dict[str, Any]) -> tuple[ToolDescriptor, bool]:
+    """A page's ``def`` as a descriptor; every problem is a refusal naming the field."""
+    ext, name = tool.get("extensionId"), tool.get("name")
+    if not isinstance(ext, str) or not isinstance(name, str):
+        raise _Refused(ErrorCode.TOOL_INVALID_ARGUMENTS, "extensionId and name must be strings")
+    try:
+        tool_id = ToolId.extension(ext, name)
+    except InvalidToolId as exc:
+        raise _Refused(ErrorCode.TOOL_INVALID_ARGUMENTS, str(exc)) from None
+    description = tool.get("description", "")
+    if not isinstance(description, str):
+        raise _Refused(ErrorCode.TOOL_INVALID_ARGUMENTS, "description must be a string")
+    schema = tool.get("inputSchema", dict(EMPTY_PARAMETERS))
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        raise _Refused(
+            ErrorCode.TOOL_INVALID_ARGUMENTS, 'inputSchema must be a JSON Schema of type "object"'
+        )
+    contexts = tool.get("contexts", ["chat", "session"])
+    try:
+        scenes = frozenset(Scene(c) for c in contexts)
+    except (TypeError, ValueError):
+        raise _Refused(
+            ErrorCode.TOOL_INVALID_ARGUMENTS, 'contexts must list "chat" and/or "session"'
+        ) from None
+    if not scenes:
+        raise _Refused(ErrorCode.TOOL_INVALID_ARGUMENTS, "contexts must not be empty")
+    descriptor = ToolDescriptor(
+        tool_id=tool_id,
+        description=description[:DESCRIPTION_CHARS],
+        parameters=schema,
+        scenes=scenes,
+        label=ext,
+        name_hint=name,
+    )
+    return descriptor, tool.get("enabled", True) is not False

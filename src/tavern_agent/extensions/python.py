@@ -1,0 +1,326 @@
+"""Python extension tools: plain functions registered with ``registry.tool(...)`` (R7.1).
+
+::
+
+    from tavern_agent.extensions import registry
+
+    @registry.tool(extension_id="weather", name="forecast", description="Forecast for a city.")
+    def forecast(city: str, days: int = 1) -> dict[str, object]:
+        ...
+
+The parameter schema comes from the type hints (or ``parameters=`` gives it
+explicitly). A parameter annotated :class:`ExtensionContext` receives the
+call's identities, scene target and cancellation signal instead of an
+argument. The return value must be plain JSON; an exception becomes an error
+result with its message. Sync functions run on the event loop, so they
+should be quick; slow work belongs in an ``async def``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, get_args, get_type_hints
+
+from pydantic import ConfigDict, ValidationError, create_model
+
+from tavern_agent.core.descriptors import Scene, ToolDescriptor
+from tavern_agent.core.errors import ErrorCode
+from tavern_agent.core.ids import ToolId
+from tavern_agent.tools.catalog import ExternalReceipt
+from tavern_agent.tools.context import CallContext
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+_SCHEMA_NOISE = ("title",)
+
+
+class AlreadyRegistered(ValueError):
+    """A registration named a ToolId that exists already (``extension.tool_already_registered``)."""
+
+    code = ErrorCode.EXTENSION_TOOL_ALREADY_REGISTERED
+
+
+@dataclass(frozen=True, slots=True)
+class ExtensionContext:
+    """What an extension function may know about its call.
+
+    ``target`` is ``{"kind": "chat"}`` or ``{"kind": "session"}`` plus the run's
+    ids; ``cancelled`` is set when the run is cancelled.
+    """
+
+    run_id: str
+    invocation_id: str
+    call_id: str
+    target: Mapping[str, str]
+    cancelled: asyncio.Event
+
+    @classmethod
+    def of(cls, ctx: CallContext) -> ExtensionContext:
+        return cls(ctx.run_id, ctx.invocation_id, ctx.call_id, target_of(ctx), ctx.cancelled)
+
+
+def target_of(ctx: CallContext) -> dict[str, str]:
+    """The scene target sent to an extension (``ctx.target`` in the original)."""
+    if ctx.scene is Scene.CHAT:
+        return {"kind": "chat", "runId": ctx.run_id}
+    return {"kind": "session", "sessionId": ctx.run_id}
+
+
+def receipt_for_value(value: Any, name: str | Callable[[], str]) -> ExternalReceipt:
+    """A returned value as a receipt: plain JSON or an error naming the type."""
+    try:
+        text = value if isinstance(value, str) else _ENCODER.encode(value)
+    except (TypeError, ValueError) as exc:
+        if not isinstance(name, str):
+            name = name()
+        return ExternalReceipt(
+            content=f"{name} returned a {_type_name(value)}, which is not plain JSON "
+            f"({exc}). The extension must be fixed; do not retry.",
+            is_error=True,
+            error_code=ErrorCode.EXTENSION_INVALID_RESULT,
+            raw={"returnedType": _type_name(value)},
+        )
+    return ExternalReceipt(content=text, structured=value, raw=value)
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def json_text(value: Any) -> str:
+    """Compact JSON, rejecting NaN and non-JSON types."""
+    return _ENCODER.encode(value)
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__qualname__
+
+
+def error_receipt(name: str, message: str, raw: Any = None) -> ExternalReceipt:
+    return ExternalReceipt(
+        content=f"{name} failed: {message}",
+        is_error=True,
+        error_code=ErrorCode.EXTENSION_TOOL_ERROR,
+        raw=raw,
+    )
+
+
+@dataclass(slots=True)
+class PythonTool:
+    """One registered function and how to call it."""
+
+    descriptor: ToolDescriptor
+    function: Callable[..., Any]
+    module: str
+    context_param: str | None
+    arguments_model: Any  # a pydantic model class, or None for an explicit schema
+    is_async: bool
+    enabled: bool = True
+
+    def model_name(self, ctx: CallContext) -> str:
+        tool_id = self.descriptor.tool_id
+        return ctx.snapshot.name_of(tool_id) or tool_id.name
+
+    async def call(self, arguments: dict[str, Any], ctx: CallContext) -> ExternalReceipt:
+        kwargs: dict[str, Any]
+        if self.arguments_model is not None:
+            try:
+                parsed = self.arguments_model.model_validate(arguments)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"]) or "arguments"
+                name = self.model_name(ctx)
+                return ExternalReceipt(
+                    content=f"Arguments for {name} do not fit: {where}: {first['msg']}.",
+                    is_error=True,
+                    error_code=ErrorCode.TOOL_INVALID_ARGUMENTS,
+                )
+            kwargs = {k: getattr(parsed, k) for k in type(parsed).model_fields}
+        else:
+            kwargs = dict(arguments)
+        if self.context_param is not None:
+            kwargs[self.context_param] = ExtensionContext.of(ctx)
+        try:
+            value = self.function(**kwargs)
+            if self.is_async:
+                value = await value
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the function's own failure is a result, never a crash
+            message = str(exc) or type(exc).__name__
+            return error_receipt(
+                self.model_name(ctx),
+                message,
+                raw={"exception": type(exc).__name__, "message": str(exc)},
+            )
+        return receipt_for_value(value, lambda: self.model_name(ctx))
+
+
+@dataclass
+class ExtensionRegistry:
+    """Python-registered extension tools: the :class:`ExtensionTools` port for this process."""
+
+    tools: dict[ToolId, PythonTool] = field(default_factory=dict)
+
+    def tool(
+        self,
+        *,
+        extension_id: str,
+        name: str,
+        description: str,
+        scenes: Iterable[Scene | str] = (Scene.CHAT, Scene.SESSION),
+        parameters: Mapping[str, Any] | None = None,
+        enabled: bool = True,
+    ) -> Callable[[F], F]:
+        """Register the decorated function as ``extension/<extension_id>:<name>``."""
+
+        def decorate(function: F) -> F:
+            self.register(
+                function,
+                extension_id=extension_id,
+                name=name,
+                description=description,
+                scenes=scenes,
+                parameters=parameters,
+                enabled=enabled,
+            )
+            return function
+
+        return decorate
+
+    def register(
+        self,
+        function: Callable[..., Any],
+        *,
+        extension_id: str,
+        name: str,
+        description: str,
+        scenes: Iterable[Scene | str] = (Scene.CHAT, Scene.SESSION),
+        parameters: Mapping[str, Any] | None = None,
+        enabled: bool = True,
+    ) -> ToolId:
+        tool_id = ToolId.extension(extension_id, name)
+        if tool_id in self.tools:
+            raise AlreadyRegistered(
+                f"{tool_id} is registered already (by {self.tools[tool_id].module})"
+            )
+        context_param, model, schema = _signature_schema(function, tool_id)
+        if parameters is not None:
+            schema, model = dict(parameters), None
+        descriptor = ToolDescriptor(
+            tool_id=tool_id,
+            description=description,
+            parameters=schema,
+            scenes=frozenset(Scene(s) for s in scenes),
+            label=extension_id,
+            name_hint=name,
+        )
+        module = getattr(function, "__module__", None) or "?"
+        self.tools[tool_id] = PythonTool(
+            descriptor,
+            function,
+            module,
+            context_param,
+            model,
+            inspect.iscoroutinefunction(function),
+            enabled,
+        )
+        return tool_id
+
+    def unregister(self, tool_id: ToolId) -> None:
+        self.tools.pop(tool_id, None)
+
+    def set_enabled(self, tool_id: ToolId, enabled: bool) -> None:
+        self.tools[tool_id].enabled = enabled
+
+    # ------------------------------------------------------------ the port
+
+    def catalog(self, scene: Scene) -> Sequence[ToolDescriptor]:
+        return [
+            t.descriptor for t in self.tools.values() if t.enabled and t.descriptor.serves(scene)
+        ]
+
+    def availability(self, tool_id: ToolId) -> str | None:
+        found = self.tools.get(tool_id)
+        if found is None:
+            return "it is no longer registered"
+        return None if found.enabled else "it has been disabled"
+
+    def origin(self, tool_id: ToolId) -> str | None:
+        """Which module registered ``tool_id`` (for listings), or ``None``."""
+        found = self.tools.get(tool_id)
+        return None if found is None else f"module {found.module}"
+
+    async def invoke(
+        self, tool_id: ToolId, arguments: dict[str, Any], context: CallContext
+    ) -> ExternalReceipt:
+        found = self.tools.get(tool_id)
+        if found is None or not found.enabled:
+            name = context.model_name(str(tool_id), tool_id.name)
+            return unavailable(name)
+        return await found.call(arguments, context)
+
+
+def unavailable(name: str) -> ExternalReceipt:
+    """The reply for a tool that vanished or was disabled since the snapshot."""
+    return ExternalReceipt(
+        content=f"{name} is unavailable (removed or disabled); no action was taken.",
+        is_error=True,
+        error_code=ErrorCode.TOOL_UNAVAILABLE,
+    )
+
+
+def _signature_schema(
+    function: Callable[..., Any], tool_id: ToolId
+) -> tuple[str | None, Any, dict[str, Any]]:
+    """The context parameter's name, a pydantic model of the rest, and its JSON Schema."""
+    signature = inspect.signature(function)
+    try:
+        hints = get_type_hints(function)
+    except Exception as exc:
+        raise TypeError(f"{tool_id}: cannot read the type hints of {function!r}: {exc}") from exc
+    context_param: str | None = None
+    fields: dict[str, Any] = {}
+    for pname, param in signature.parameters.items():
+        hint = hints.get(pname, Any)
+        if hint is ExtensionContext or ExtensionContext in get_args(hint):
+            context_param = pname
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+            raise TypeError(
+                f"{tool_id}: parameter {pname!r} must be an ordinary named parameter "
+                "(or give parameters= explicitly)"
+            )
+        default = ... if param.default is param.empty else param.default
+        fields[pname] = (hint, default)
+    model = create_model(
+        f"Args_{function.__name__}",
+        __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
+        **fields,
+    )
+    schema = _clean(model.model_json_schema())
+    schema.setdefault("properties", {})
+    schema["additionalProperties"] = False
+    return context_param, model, schema
+
+
+def _clean(node: Any) -> Any:
+    """Drop pydantic's generated titles (model noise, never useful to a model)."""
+    if isinstance(node, dict):
+        return {
+            k: (_clean(v) if k != "properties" else {pk: _clean(pv) for pk, pv in v.items()})
+            for k, v in node.items()
+            if k not in _SCHEMA_NOISE or not isinstance(v, str)
+        }
+    if isinstance(node, list):
+        return [_clean(v) for v in node]
+    return node
+
+
+registry = ExtensionRegistry()
+"""The process-wide registry that ``tavern-agent --ext MODULE`` modules register on."""
