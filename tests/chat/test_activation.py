@@ -152,7 +152,10 @@ def test_probability_is_seedable() -> None:
 
 def test_inclusion_groups() -> None:
     members = [entry(i, ["rain"], group="weather", groupWeight=1 + i) for i in range(1, 4)]
-    picks = {tuple(uids(activate([book(*members)], chat("rain"), rng=random.Random(s)))) for s in range(30)}
+    picks = {
+        tuple(uids(activate([book(*members)], chat("rain"), rng=random.Random(s))))
+        for s in range(30)
+    }
     assert all(len(p) == 1 for p in picks) and len(picks) > 1
     override = [*members, entry(9, ["rain"], group="weather", groupOverride=True, order=5)]
     override.append(entry(8, ["rain"], group="weather", groupOverride=True, order=50))

@@ -67,12 +67,12 @@ def test_broken_lines_are_reported() -> None:
         parse_chat(b"")
 
 
-json_leaf = st.one_of(
-    st.none(), st.booleans(), st.integers(-(10**9), 10**9), st.text(max_size=20)
-)
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(10**9), 10**9), st.text(max_size=20))
 json_value = st.recursive(
     json_leaf,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 unknown_fields = st.dictionaries(
@@ -143,7 +143,9 @@ def v2_card() -> dict[str, Any]:
 
 def tiny_png() -> bytes:
     def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
 
     ihdr = struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0)
     idat = zlib.compress(b"\x00\x00")
