@@ -27,10 +27,35 @@ from tavern_agent.workspace.layout import DataRoot
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ELDORIA = DATA / "Eldoria.json"
-WORDS = (
-    "the tavern was quiet and the rain kept falling on the roof while travellers spoke of "
-    "roads bridges markets harvest songs coins swords lanterns wagons rivers mountains"
-).split()
+WORDS = [
+    "the",
+    "tavern",
+    "was",
+    "quiet",
+    "and",
+    "the",
+    "rain",
+    "kept",
+    "falling",
+    "on",
+    "the",
+    "roof",
+    "while",
+    "travellers",
+    "spoke",
+    "of",
+    "roads",
+    "bridges",
+    "markets",
+    "harvest",
+    "songs",
+    "coins",
+    "swords",
+    "lanterns",
+    "wagons",
+    "rivers",
+    "mountains",
+]
 
 
 def line(obj: dict[str, Any]) -> str:

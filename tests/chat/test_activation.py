@@ -1,4 +1,4 @@
-"""World info activation: SillyTavern's core rules, on the real Eldoria lorebook and on small books."""
+"""World info activation: SillyTavern's rules on the real Eldoria lorebook and small books."""
 
 from __future__ import annotations
 

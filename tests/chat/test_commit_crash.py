@@ -21,7 +21,8 @@ from tavern_agent.chat.repository import ChatCommit, FileChatRepository
 
 repo = FileChatRepository(Path(sys.argv[1]))
 print("committing", flush=True)
-receipt = repo.apply_commit(ChatCommit("run_kill", "writer", "output/main.md", "New reply.", "replace"))
+commit = ChatCommit("run_kill", "writer", "output/main.md", "New reply.", "replace")
+receipt = repo.apply_commit(commit)
 print("done", receipt.floor, flush=True)
 """
 

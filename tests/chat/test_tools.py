@@ -1,4 +1,4 @@
-"""chat.search, chat.read_messages, worldinfo.read_activated and workspace.commit through the gate."""
+"""The chat, world info and commit tools, called through the gate."""
 
 from __future__ import annotations
 
