@@ -150,6 +150,20 @@ class ScanMessage:
     mes: str
 
 
+class _Grams:
+    """Character trigram sets of the texts scanned, computed once per text."""
+
+    def __init__(self) -> None:
+        self._sets: dict[int, tuple[str, set[str]]] = {}
+
+    def of(self, text: str) -> set[str]:
+        found = self._sets.get(id(text))
+        if found is None or found[0] is not text:
+            grams = {text[i : i + 3] for i in range(len(text) - 2)}
+            found = self._sets[id(text)] = (text, grams)
+        return found[1]
+
+
 class _Key:
     """One compiled key: a regex, or plain text with its matching options."""
 
@@ -173,7 +187,13 @@ class _Key:
             self.regex = re.compile(rf"(?:^|\W)({re.escape(self.text)})(?:$|\W)", re.ASCII)
             self.word = True
 
-    def matches(self, raw: str, folded: str, case_sensitive: bool) -> bool:
+    def matches(self, raw: str, folded: str, case_sensitive: bool, grams: _Grams) -> bool:
+        if (self.regex is None or self.word) and len(self.text) >= 3:
+            # A plain key can only occur if its trigrams do: a cheap, exact pre-check.
+            seen = grams.of(raw if case_sensitive else folded)
+            t, mid = self.text, len(self.text) // 2
+            if t[:3] not in seen or t[-3:] not in seen or t[mid - 1 : mid + 2] not in seen:
+                return False
         if self.word and self.regex is not None:
             return self.regex.search(raw if case_sensitive else folded) is not None
         if self.regex is not None:
@@ -195,12 +215,13 @@ class _Compiled:
         depth = entry.scan_depth
         self.scan_depth = settings.scan_depth if depth is None else max(depth, 0)
 
-    def matches(self, raw: str, folded: str) -> bool:
-        if not any(k.matches(raw, folded, self.case_sensitive) for k in self.keys):
+    def matches(self, raw: str, folded: str, grams: _Grams) -> bool:
+        case = self.case_sensitive
+        if not any(k.matches(raw, folded, case, grams) for k in self.keys):
             return False
         if not (self.entry.selective and self.secondary):
             return True
-        hits = [k.matches(raw, folded, self.case_sensitive) for k in self.secondary]
+        hits = [k.matches(raw, folded, case, grams) for k in self.secondary]
         logic = self.entry.selective_logic
         if logic == AND_ANY:
             return any(hits)
@@ -256,6 +277,7 @@ def activate(
     ]
     compiled.sort(key=lambda c: (-c.entry.order, c.entry.world, c.entry.uid))
     buffer = _Buffer(messages, settings.include_names)
+    grams = _Grams()
     chosen: dict[int, tuple[_Compiled, str]] = {}  # id(compiled) → (entry, trigger)
     group_done: set[str] = set()
     budget_used = 0
@@ -273,7 +295,7 @@ def activate(
             if recursing and c.entry.exclude_recursion:
                 continue
             raw, folded = buffer.text(c.scan_depth, not c.entry.exclude_recursion)
-            if c.matches(raw, folded):
+            if c.matches(raw, folded, grams):
                 found.append(c)
         found = _inclusion_groups(found, group_done, rng)
         added: list[_Compiled] = []
