@@ -42,6 +42,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/search.py
 	$(BIN)/python benchmarks/mcp_overhead.py
 	$(BIN)/python benchmarks/extension_roundtrip.py
+	$(BIN)/python benchmarks/chat.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -12,6 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tavern_agent.chat.formats import ChatFormatError, WorldBook, parse_card, parse_world
+from tavern_agent.chat.mount import prepare_run_mount, sync_floors
+from tavern_agent.chat.repository import FileChatRepository
+from tavern_agent.chat.run_input import ChatRun, freeze
 from tavern_agent.config import default_data_dir, profiles_dir, resolve_profile
 from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.calls import ToolCall
@@ -19,7 +23,7 @@ from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.ids import ToolId, ToolKind
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
-from tavern_agent.core.results import ExecutedCall
+from tavern_agent.core.results import CommitRequested, ExecutedCall
 from tavern_agent.extensions.cli import listing_sources, live_sources, load_modules, serve_command
 from tavern_agent.fsutil import atomic_write
 from tavern_agent.mcp import has_registrations
@@ -31,7 +35,7 @@ from tavern_agent.tools.dispatch import Dispatcher
 from tavern_agent.tools.gate import ToolRequestGate
 from tavern_agent.tools.results import DirectoryResultFiles
 from tavern_agent.tools.snapshot import ToolSnapshot, build_snapshot
-from tavern_agent.workspace.layout import DataRoot
+from tavern_agent.workspace.layout import DataRoot, allows_chat_tool
 from tavern_agent.workspace.read_state import load_reads, save_reads
 from tavern_agent.workspace.roots import RootPolicy
 from tavern_agent.workspace.store import Workspace, WorkspaceEscape
@@ -237,6 +241,27 @@ def _parameter_lines(schema: Any) -> list[str]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the whole AgentToolResult as JSON.")
 @click.option(
+    "--chat",
+    "chat_file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help="A SillyTavern chat (.jsonl) for the chat tools; a commit is written to it.",
+)
+@click.option(
+    "--world",
+    "world_files",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    multiple=True,
+    help="A world info (lorebook) JSON to activate against the chat; repeatable.",
+)
+@click.option(
+    "--character",
+    "character_file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help="A character card (JSON or PNG); its embedded lorebook is activated too.",
+)
+@click.option(
     "--mcp-ask",
     type=click.Choice(["prompt", "decline", "allow"]),
     default="prompt",
@@ -254,6 +279,9 @@ def call_command(
     protocol: str,
     seed: int | None,
     as_json: bool,
+    chat_file: Path | None,
+    world_files: tuple[Path, ...],
+    character_file: Path | None,
     mcp_ask: str,
 ) -> None:
     """Send one call NAME with RAW_ARGS (argument text exactly as a model sent it).
@@ -272,15 +300,23 @@ def call_command(
     reads_file = root / CLI_READS
     call = ToolCall(f"call_{secrets.token_hex(8)}", name, MISSING if raw_args is None else raw_args)
 
-    def make_gate(extensions: ExtensionTools) -> ToolRequestGate:
+    def make_gate(extensions: ExtensionTools) -> tuple[ToolRequestGate, ChatRun | None]:
         profile = _profile(ctx, profile_spec, Scene(scene), extensions)
         snap = _snapshot(ctx, profile, scene, protocol, manager, extensions)
+        chat_run = _chat_run(data, root, profile, chat_file, world_files, character_file, seed)
         ws = Workspace(
             root,
-            RootPolicy.for_scene(Scene(scene), profile.workspace),
+            RootPolicy.for_scene(
+                Scene(scene),
+                profile.workspace,
+                chat_mount=chat_run is not None and allows_chat_tool(profile),
+            ),
             skills_dir=data.skills_dir,
             visible_skills=frozenset(s.folder for s in data.skills(profile)),
         )
+        if chat_run is not None:
+            ws.chat_floors_dir = data.chat_mount_dir(chat_run.input.stable_chat_id) / "floors"
+            ws.chat_floor_count = chat_run.floor_count
         gate = ToolRequestGate(
             snap,
             Dispatcher(_catalog(mcp=manager, extensions=extensions)),
@@ -288,31 +324,37 @@ def call_command(
             run_id="cli",
             rng=random.Random(seed),
             workspace=ws,
+            chat=chat_run,
         )
         # Successive `call`s on one workspace act like calls of one invocation: what
         # was read is remembered, so write → read → patch works by hand.
         gate.reads.update(load_reads(reads_file))
-        return gate
+        return gate, chat_run
 
-    async def run() -> tuple[ExecutedCall, ToolRequestGate]:
+    async def run() -> tuple[ExecutedCall, ToolRequestGate, ChatRun | None]:
         extensions, remote = await live_sources(ctx.obj["data_dir"])
         try:
-            gate = make_gate(extensions)
+            gate, chat_run = make_gate(extensions)
             if manager is None:
-                return await gate.handle(call, round=1), gate
+                return await gate.handle(call, round=1), gate, chat_run
             async with manager:
-                return await gate.handle(call, round=1), gate
+                return await gate.handle(call, round=1), gate, chat_run
         finally:
             if remote is not None:
                 await remote.aclose()
 
     try:
-        executed, gate = asyncio.run(run())
+        executed, gate, chat_run = asyncio.run(run())
     except WorkspaceEscape as exc:
         click.echo(f"tavern-agent: fatal: {exc}", err=True)
         sys.exit(1)
     save_reads(reads_file, gate.reads)
     result = executed.result
+    if isinstance(executed.effect, CommitRequested) and chat_run is not None:
+        assert gate.workspace is not None
+        receipt = chat_run.apply_effect(executed.effect, gate.workspace)
+        verb = "created" if receipt.created else "updated"
+        click.echo(f"tavern-agent: chat floor {receipt.floor} {verb} in {chat_file}", err=True)
     if as_json:
         payload = result.to_json() | {"effect": type(executed.effect).__name__}
         click.echo(json.dumps(payload, ensure_ascii=False, indent=2))
@@ -320,6 +362,37 @@ def call_command(
         if result.is_error and result.error_code is not None:
             click.echo(f"[{result.error_code}]")
         click.echo(result.content)
+
+
+def _chat_run(
+    data: DataRoot,
+    root: Path,
+    profile: Profile,
+    chat_file: Path | None,
+    world_files: tuple[Path, ...],
+    character_file: Path | None,
+    seed: int | None,
+) -> ChatRun | None:
+    """The chat side of a CLI call: the chat frozen as it is now, its mount, its world info."""
+    if chat_file is None:
+        if world_files or character_file:
+            raise click.UsageError("--world and --character need --chat")
+        return None
+    repo = FileChatRepository(chat_file)
+    try:
+        chat = repo.load()
+        books: list[WorldBook] = [parse_world(p.read_bytes(), p.stem) for p in world_files]
+        if character_file is not None:
+            book = parse_card(character_file.read_bytes()).book()
+            books.extend([book] if book is not None else [])
+    except (ChatFormatError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
+    stable = chat.stable_id(str(chat_file.resolve()))
+    run_input = freeze(chat, stable, title=chat_file.stem, books=books, rng=random.Random(seed))
+    sync_floors(chat, data.chat_mount_dir(stable))
+    prepare_run_mount(root, run_input)
+    run_input.save(root)
+    return ChatRun(repo, run_input, run_id="cli", profile_id=profile.id)
 
 
 @cli.group()

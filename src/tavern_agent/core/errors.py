@@ -43,6 +43,17 @@ class ErrorCode(StrEnum):
     WORKSPACE_PATCH_OLD_STRING_NOT_FOUND = "workspace.patch_old_string_not_found"
     WORKSPACE_PATCH_OLD_STRING_NOT_UNIQUE = "workspace.patch_old_string_not_unique"
     WORKSPACE_GREP_PATTERN_INVALID = "workspace.grep_pattern_invalid"
+    WORKSPACE_COMMIT_MODE_INVALID = "workspace.commit_mode_invalid"
+    WORKSPACE_COMMIT_EMPTY = "workspace.commit_empty"
+    WORKSPACE_COMMIT_UNAVAILABLE = "workspace.commit_unavailable"
+    # chat and world info
+    CHAT_UNAVAILABLE = "chat.unavailable"
+    CHAT_NOT_FOUND = "chat.not_found"
+    CHAT_FLOOR_NOT_FOUND = "chat.floor_not_found"
+    CHAT_INVALID_RANGE = "chat.invalid_range"
+    WORLDINFO_ACTIVATION_UNAVAILABLE = "worldinfo.activation_unavailable"
+    WORLDINFO_ENTRY_NOT_FOUND = "worldinfo.entry_not_found"
+    WORLDINFO_INVALID_ENTRY_RANGE = "worldinfo.invalid_entry_range"
     # mcp and extension sources
     MCP_PERMISSION_DENIED = "mcp.permission_denied"
     MCP_TOOL_ERROR = "mcp.tool_error"
@@ -120,6 +131,22 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
         True, "old_string occurs more than once and replace_all is false."
     ),
     ErrorCode.WORKSPACE_GREP_PATTERN_INVALID: ErrorInfo(True, "The regex is not valid RE2."),
+    ErrorCode.WORKSPACE_COMMIT_MODE_INVALID: ErrorInfo(True, "commit mode is not replace/append."),
+    ErrorCode.WORKSPACE_COMMIT_EMPTY: ErrorInfo(True, "The file to commit is empty."),
+    ErrorCode.WORKSPACE_COMMIT_UNAVAILABLE: ErrorInfo(
+        True, "This run cannot commit (no chat, or a child agent)."
+    ),
+    ErrorCode.CHAT_UNAVAILABLE: ErrorInfo(True, "This run has no chat attached."),
+    ErrorCode.CHAT_NOT_FOUND: ErrorInfo(True, "The run's chat file is gone; continue without it."),
+    ErrorCode.CHAT_FLOOR_NOT_FOUND: ErrorInfo(True, "The floor is outside the run's chat input."),
+    ErrorCode.CHAT_INVALID_RANGE: ErrorInfo(
+        True, "offset/limit or start_floor/end_floor are outside the floor or chat."
+    ),
+    ErrorCode.WORLDINFO_ACTIVATION_UNAVAILABLE: ErrorInfo(
+        True, "The run's input holds no world info activation."
+    ),
+    ErrorCode.WORLDINFO_ENTRY_NOT_FOUND: ErrorInfo(True, "No activated entry has that ref."),
+    ErrorCode.WORLDINFO_INVALID_ENTRY_RANGE: ErrorInfo(True, "offset is past the entry's end."),
     ErrorCode.MCP_PERMISSION_DENIED: ErrorInfo(
         True, "The MCP tool is paused, removed or off; the call was not sent."
     ),

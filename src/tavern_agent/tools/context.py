@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from tavern_agent.core.descriptors import Scene
 
 if TYPE_CHECKING:
+    from tavern_agent.chat.run_input import ChatRun
     from tavern_agent.tools.results import ResultFiles
     from tavern_agent.tools.snapshot import ToolSnapshot
     from tavern_agent.workspace.read_state import ReadState
@@ -24,6 +25,7 @@ class CallContext:
     ``cancelled`` is set when the run is cancelled; long tools should watch it.
     ``reads`` is the invocation's read state per logical path.
     ``result_files`` is where files a reply brings (images, resources) may be saved.
+    ``chat`` is the run's chat and frozen input (chat runs only).
     """
 
     run_id: str
@@ -37,6 +39,7 @@ class CallContext:
     result_files: ResultFiles | None = None
     workspace: Workspace | None = None
     reads: dict[str, ReadState] = field(default_factory=dict)
+    chat: ChatRun | None = None
 
     def model_name(self, tool_id: str, fallback: str) -> str:
         """This snapshot's name for a tool, for hints in results and errors."""

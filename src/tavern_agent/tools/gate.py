@@ -36,6 +36,7 @@ from tavern_agent.tools.results import LongResultStep, ResultFiles
 from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 
 if TYPE_CHECKING:
+    from tavern_agent.chat.run_input import ChatRun
     from tavern_agent.workspace.read_state import ReadState
     from tavern_agent.workspace.store import Workspace
 
@@ -57,6 +58,7 @@ class ToolRequestGate:
         run_id: str = "",
         rng: random.Random | None = None,
         workspace: Workspace | None = None,
+        chat: ChatRun | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.dispatcher = dispatcher
@@ -68,6 +70,7 @@ class ToolRequestGate:
         self.per_tool: Counter[ToolId] = Counter()
         self.workspace = workspace
         self.cancelled = asyncio.Event()  # the invocation's cancel signal, unless a call brings one
+        self.chat = chat
         self.reads: dict[str, ReadState] = {}  # the invocation's read state, by path
 
     # ------------------------------------------------------------ state
@@ -147,6 +150,7 @@ class ToolRequestGate:
             workspace=self.workspace,
             reads=self.reads,
             result_files=self.long_results.files,
+            chat=self.chat,
         )
         dispatched = await self.dispatcher.dispatch(binding.tool_id, values, ctx)
         outcome = dispatched.outcome

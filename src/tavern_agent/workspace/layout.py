@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.profile import Profile
-from tavern_agent.workspace.roots import RootPolicy
+from tavern_agent.workspace.roots import CHAT_TOOLS, RootPolicy
 from tavern_agent.workspace.store import Workspace
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -58,9 +58,19 @@ class DataRoot:
     def skills_dir(self) -> Path:
         return self.path / "skills"
 
-    def chat_run(self, stable_chat_id: str, run_id: str, profile: Profile) -> Workspace:
+    def chat_mount_dir(self, stable_chat_id: str) -> Path:
+        """The chat workspace's shared chat mount (see :mod:`tavern_agent.chat.mount`)."""
+        return self.path / "chats" / chat_workspace_id(stable_chat_id) / "mount"
+
+    def chat_run(
+        self, stable_chat_id: str, run_id: str, profile: Profile, *, chat_floor_count: int = 0
+    ) -> Workspace:
+        """A chat run's workspace; ``chat_floor_count`` is its frozen input length."""
         root = self.path / "chats" / chat_workspace_id(stable_chat_id) / "runs"
-        return self._open(root / _checked_id("run id", run_id), Scene.CHAT, profile)
+        ws = self._open(root / _checked_id("run id", run_id), Scene.CHAT, profile)
+        ws.chat_floors_dir = self.chat_mount_dir(stable_chat_id) / "floors"
+        ws.chat_floor_count = chat_floor_count
+        return ws
 
     def session(self, session_id: str, profile: Profile) -> Workspace:
         root = self.path / "sessions" / _checked_id("session id", session_id)
@@ -70,7 +80,7 @@ class DataRoot:
         visible = frozenset(s.folder for s in self.skills(profile))
         return Workspace(
             root,
-            RootPolicy.for_scene(scene, profile.workspace),
+            RootPolicy.for_scene(scene, profile.workspace, chat_mount=allows_chat_tool(profile)),
             skills_dir=self.skills_dir,
             visible_skills=visible,
         )
@@ -92,6 +102,11 @@ class DataRoot:
             name = meta.get("name", folder.name)
             found.append(SkillInfo(folder.name, name, meta.get("description", "")))
         return found
+
+
+def allows_chat_tool(profile: Profile) -> bool:
+    """The chat mount appears when the profile allows a chat tool."""
+    return any(str(t) in CHAT_TOOLS for t in profile.tools.enabled())
 
 
 def front_matter(text: str) -> dict[str, str]:

@@ -11,6 +11,8 @@ CHAT_WRITABLE = ("output", "scratch", "plan", "summaries", "persist")
 CHAT_READ_ONLY = ("tool-results", "skills")
 SESSION_WRITABLE = ("work", "tmp")
 SESSION_READ_ONLY = ("tool-results",)
+CHAT_MOUNT = "chat"  # read-only chat mount, only when the profile allows a chat tool
+CHAT_TOOLS = frozenset({"builtin:chat.search", "builtin:chat.read_messages"})
 # Run internals: never visible to the model, whatever a profile says.
 INTERNAL = frozenset(
     {
@@ -35,11 +37,18 @@ class RootPolicy:
     writable: frozenset[str]
 
     @classmethod
-    def for_scene(cls, scene: Scene, settings: WorkspaceSettings | None = None) -> RootPolicy:
-        """The scene's roots, narrowed (never widened) by a profile's settings."""
+    def for_scene(
+        cls, scene: Scene, settings: WorkspaceSettings | None = None, *, chat_mount: bool = False
+    ) -> RootPolicy:
+        """The scene's roots, narrowed (never widened) by a profile's settings.
+
+        ``chat_mount`` adds the read-only ``chat/`` root (chat scene only).
+        """
         visible: tuple[str, ...]
         if scene is Scene.CHAT:
             visible, writable = CHAT_WRITABLE + CHAT_READ_ONLY, set(CHAT_WRITABLE)
+            if chat_mount:
+                visible += (CHAT_MOUNT,)
         else:
             visible, writable = SESSION_WRITABLE + SESSION_READ_ONLY, set(SESSION_WRITABLE)
         if settings is not None and settings.visible_roots is not None:

@@ -31,7 +31,7 @@ from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import ToolFailure
 from tavern_agent.workspace import paths
-from tavern_agent.workspace.roots import INTERNAL, RootPolicy
+from tavern_agent.workspace.roots import CHAT_MOUNT, INTERNAL, RootPolicy
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _LOCKS: dict[str, threading.Lock] = {}
@@ -58,6 +58,9 @@ class Workspace:
 
     ``skills_dir`` backs the read-only ``skills/`` root; ``visible_skills``
     (``None`` = all) filters which skill folders appear there.
+    ``chat_floors_dir`` backs ``chat/floors/`` (the chat workspace's shared
+    copy, see :mod:`tavern_agent.chat.mount`); only floors below
+    ``chat_floor_count`` (the run's frozen input) are visible.
     """
 
     def __init__(
@@ -67,11 +70,15 @@ class Workspace:
         *,
         skills_dir: Path | None = None,
         visible_skills: frozenset[str] | None = None,
+        chat_floors_dir: Path | None = None,
+        chat_floor_count: int = 0,
     ) -> None:
         self.root = root
         self.policy = policy
         self.skills_dir = skills_dir
         self.visible_skills = visible_skills
+        self.chat_floors_dir = chat_floors_dir
+        self.chat_floor_count = chat_floor_count
         root.mkdir(parents=True, exist_ok=True)
         key = os.path.realpath(root)
         with _LOCKS_GUARD:
@@ -106,6 +113,13 @@ class Workspace:
             raise ToolFailure(
                 ErrorCode.WORKSPACE_PATH_NOT_VISIBLE, f"{path} is not a skill of this agent."
             )
+        if first == CHAT_MOUNT and not self._floor_visible(path):
+            last = self.chat_floor_count - 1
+            shown = f"floors 000000-{last:06d}" if last >= 0 else "no floors"
+            raise ToolFailure(
+                ErrorCode.WORKSPACE_PATH_NOT_VISIBLE,
+                f"{path} is not in this run's chat input ({shown}).",
+            )
         if write and first not in self.policy.writable:
             writable = ", ".join(f"{r}/" for r in self.policy.visible if r in self.policy.writable)
             writable = writable or "no root: this run is read-only"
@@ -119,12 +133,30 @@ class Workspace:
         parts = path.split("/")
         return len(parts) == 1 or self.visible_skills is None or parts[1] in self.visible_skills
 
+    def _floor_visible(self, path: str) -> bool:
+        """Below ``chat/floors/`` only the run's floors (``NNNNNN`` < the count) show."""
+        parts = path.split("/")
+        if len(parts) < 3 or parts[0] != CHAT_MOUNT or parts[1] != "floors":
+            return True
+        return parts[2].isdigit() and int(parts[2]) < self.chat_floor_count
+
+    def _hidden(self, path: str) -> bool:
+        top = paths.top(path)
+        if top == "skills":
+            return not self._skill_visible(path)
+        return top == CHAT_MOUNT and not self._floor_visible(path)
+
     # ------------------------------------------------------------ descriptors
+
+    def _redirected(self, path: str) -> bool:
+        return self.chat_floors_dir is not None and path == f"{CHAT_MOUNT}/floors"
 
     def _base(self, path: str) -> tuple[Path, list[str]]:
         parts = path.split("/") if path else []
         if parts and parts[0] == "skills" and self.skills_dir is not None:
             return self.skills_dir, parts[1:]
+        if parts[:2] == [CHAT_MOUNT, "floors"] and self.chat_floors_dir is not None:
+            return self.chat_floors_dir, parts[2:]
         return self.root, parts
 
     def _link_error(self, dir_fd: int, name: str, shown: str) -> Exception:
@@ -228,7 +260,7 @@ class Workspace:
             stats = [(n, os.stat(n, dir_fd=fd, follow_symlinks=False)) for n in names]
         for name, st in stats:
             child = f"{path}/{name}"
-            if paths.top(child) == "skills" and not self._skill_visible(child):
+            if self._hidden(child):
                 continue
             if name.startswith(".") and name.endswith(".tmp"):
                 continue  # an atomic write in progress
@@ -265,9 +297,12 @@ class Workspace:
             entries = sorted(scan, key=lambda e: e.name)
         for entry in entries:
             child = f"{path}/{entry.name}"
-            if skip(child) or (paths.top(child) == "skills" and not self._skill_visible(child)):
+            if skip(child) or self._hidden(child):
                 continue
-            if entry.is_dir(follow_symlinks=False):
+            if entry.is_dir(follow_symlinks=False) and self._redirected(child):
+                if depth > 1:
+                    yield from self.read_tree(child, depth - 1, max_bytes, skip)
+            elif entry.is_dir(follow_symlinks=False):
                 if depth > 1:
                     sub = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
                     try:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from tavern_agent.tools.builtin import dice, patch, search, workspace_files
+from tavern_agent.tools.builtin import chat, commit, dice, patch, search, workspace_files, worldinfo
 from tavern_agent.tools.builtin.registry import BuiltinRegistry, BuiltinTool
 
 BUILTIN_TOOLS: tuple[BuiltinTool, ...] = (
+    chat.SEARCH,
+    chat.READ_MESSAGES,
+    worldinfo.READ_ACTIVATED,
     workspace_files.LIST_FILES,
     workspace_files.READ_FILE,
     workspace_files.WRITE_FILE,
     patch.APPLY_PATCH,
     search.SEARCH_FILES,
+    commit.COMMIT,
     dice.ROLL,
 )
 

@@ -1,0 +1,185 @@
+"""chat.search, chat.read_messages and world info activation on a large generated chat.
+
+* a 100,000-floor SillyTavern chat (about 100 MB of JSONL; one floor in ten is
+  Chinese or Japanese) is written to a temporary folder;
+* **cold search**: the first ``chat_search`` call of a run, which loads the file
+  and builds the BM25 index (load and index are also shown on their own);
+* **warm search**: the median of 30 further, different queries;
+* **read_messages**: the median of 30 calls reading 5 floors each;
+* **activation**: a 5,000-entry lorebook (2-3 keys per entry, some whole-word,
+  regex and selective entries, recursion on) against a 50-message window,
+  median of 20 runs.
+
+Calls go through the real gate (argument parsing, schema check, dispatch).
+Goals from the issue: warm search < 50 ms, cold < 3 s, activation < 100 ms.
+Run: ``python benchmarks/chat.py [--floors N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tavern_agent.chat.activation import ScanMessage, activate
+from tavern_agent.chat.formats import parse_world
+from tavern_agent.chat.repository import FileChatRepository
+from tavern_agent.chat.run_input import ChatRun, freeze
+from tavern_agent.core.calls import ToolCall
+from tavern_agent.core.descriptors import Scene
+from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.core.profile import Profile
+from tavern_agent.tools.builtin import builtin_registry
+from tavern_agent.tools.catalog import ToolCatalog
+from tavern_agent.tools.dispatch import Dispatcher
+from tavern_agent.tools.gate import ToolRequestGate
+from tavern_agent.tools.snapshot import build_snapshot
+
+CJK = "森林神殿龙宝藏古老旅人酒馆雨夜剑魔法城堡河流山脉商人歌声灯笼马车村庄月光"
+KANA = "のはをにがでとへもやかなたしまう"
+
+
+def vocabulary(rng: random.Random, size: int = 20_000) -> list[str]:
+    letters = "etaoinshrdlcumwfgypbvk"
+    return ["".join(rng.choice(letters) for _ in range(rng.randint(3, 9))) for _ in range(size)]
+
+
+def floor_text(rng: random.Random, vocab: list[str], i: int) -> str:
+    if i % 10 == 7:
+        chars = [rng.choice(CJK) if rng.random() < 0.8 else rng.choice(KANA) for _ in range(160)]
+        return "".join(chars)
+    words = [vocab[min(int(rng.paretovariate(1.1)) - 1, len(vocab) - 1)] for _ in range(75)]
+    return " ".join(words)
+
+
+def write_chat(path: Path, floors: int, rng: random.Random) -> None:
+    vocab = vocabulary(rng)
+    header = {
+        "user_name": "User",
+        "character_name": "Seraphina",
+        "create_date": "2025-12-01@10h00m00s",
+        "chat_metadata": {"integrity": "bench-chat"},
+    }
+    with path.open("w", encoding="utf-8") as out:
+        out.write(json.dumps(header))
+        for i in range(floors):
+            text = floor_text(rng, vocab, i)
+            msg = {
+                "name": "User" if i % 2 == 0 else "Seraphina",
+                "is_user": i % 2 == 0,
+                "is_system": False,
+                "send_date": "December 1, 2025 10:00am",
+                "mes": text,
+                "swipes": [text],
+                "swipe_id": 0,
+                "extra": {"api": "openai"},
+            }
+            out.write("\n" + json.dumps(msg, ensure_ascii=False, separators=(",", ":")))
+
+
+def lorebook(rng: random.Random, entries: int) -> dict[str, Any]:
+    vocab = vocabulary(rng, 8_000)
+    chat_words = vocabulary(random.Random(42))[:200]  # common words of the chat
+    out: dict[str, Any] = {}
+    for uid in range(entries):
+        # Keys are names (rarely in the chat); one entry in fifty keys on a common chat word.
+        keys = [
+            f"{rng.choice(vocab).title()}-{rng.choice(vocab)}" for _ in range(rng.randint(2, 3))
+        ]
+        if uid % 50 == 1:
+            keys.append(rng.choice(chat_words))
+        entry: dict[str, Any] = {
+            "uid": uid,
+            "key": keys,
+            "keysecondary": [],
+            "content": " ".join(rng.choice(vocab) for _ in range(60)),
+            "order": rng.randint(1, 500),
+            "position": 0,
+        }
+        if uid % 10 == 0:
+            entry["matchWholeWords"] = True
+        if uid % 50 == 0:
+            entry["key"] = [f"/{keys[0]}s?/i", *keys[1:]]
+        if uid % 7 == 0:
+            entry["selective"], entry["keysecondary"] = True, [rng.choice(vocab)]
+        out[str(uid)] = entry
+    return {"entries": out}
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.1f} ms"
+
+
+async def main(floors: int) -> None:
+    rng = random.Random(42)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "big.jsonl"
+        write_chat(path, floors, rng)
+        size = path.stat().st_size
+        print(f"chat: {floors:,} floors, {size / 1e6:,.1f} MB")
+        repo = FileChatRepository(path)
+        t0 = time.perf_counter()
+        chat = repo.load()
+        load = time.perf_counter() - t0
+        run_input = freeze(chat, "bench-chat")
+        catalog = ToolCatalog(builtin_registry())
+        profile = Profile.allowing([d.tool_id for d in catalog.descriptors(Scene.CHAT)])
+        snap = build_snapshot(catalog, profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "bench")
+        chat_run = ChatRun(FileChatRepository(path), run_input)
+        gate = ToolRequestGate(snap, Dispatcher(catalog), chat=chat_run)
+        n = 0
+
+        async def call(name: str, args: dict[str, Any]) -> float:
+            nonlocal n
+            n += 1
+            start = time.perf_counter()
+            result = await gate.handle(ToolCall(f"c{n}", name, args))
+            elapsed = time.perf_counter() - start
+            assert not result.result.is_error, result.result.content
+            return elapsed
+
+        cold = await call("chat_search", {"query": "森林 神殿"})
+        t0 = time.perf_counter()
+        chat_run._cache = None
+        chat_run.index()
+        rebuilt = time.perf_counter() - t0
+        queries = [" ".join(rng.sample(vocabulary(random.Random(42)), 2)) for _ in range(20)]
+        queries += ["龙的宝藏", "古老的城堡", "酒馆の夜", "月光", "魔法"] * 2
+        warm = [await call("chat_search", {"query": q}) for q in queries]
+        reads = []
+        for _ in range(30):
+            picks = [{"floor": rng.randrange(floors)} for _ in range(5)]
+            reads.append(await call("chat_read_messages", {"floors": picks}))
+        print(f"load (parse {size / 1e6:,.0f} MB JSONL):          {ms(load)}")
+        print(f"index build (BM25, alone):             {ms(rebuilt)}")
+        print(f"cold chat_search (load + index + query): {ms(cold)}   goal < 3,000 ms")
+        print(
+            f"warm chat_search, median of {len(warm)}:        {ms(statistics.median(warm))}"
+            f"   goal < 50 ms (max {ms(max(warm))})"
+        )
+        print(f"chat_read_messages (5 floors), median: {ms(statistics.median(reads))}")
+
+        book = parse_world(lorebook(rng, 5_000), "bench")
+        window = [ScanMessage(m.name, m.mes) for m in chat.messages[-50:]]
+        runs = []
+        active = 0
+        for seed in range(20):
+            t0 = time.perf_counter()
+            active = len(activate([book], window, rng=random.Random(seed)))
+            runs.append(time.perf_counter() - t0)
+        print(
+            f"activation, 5,000 entries x 50 messages, median of 20: {ms(statistics.median(runs))}"
+            f"   goal < 100 ms ({active} active)"
+        )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--floors", type=int, default=100_000)
+    asyncio.run(main(parser.parse_args().floors))

@@ -1,0 +1,1 @@
+"""SillyTavern chats, world info and character cards: formats, activation, search, mount."""

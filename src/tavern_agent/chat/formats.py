@@ -1,0 +1,561 @@
+"""SillyTavern's file formats: chat JSONL, world info (lorebook) JSON, character cards.
+
+Every value keeps the object it was read from (``raw``), so fields this code
+does not know survive a read/write round trip untouched. A chat keeps each
+line's original bytes too: writing a chat re-encodes only the lines that
+changed, so every other line stays byte-identical.
+
+Chat JSONL (SillyTavern ``public/script.js``, ``saveChat``): line 1 is a header
+``{user_name, character_name, create_date, chat_metadata}``; each further line
+is one message ``{name, is_user, is_system, send_date, mes, swipes, swipe_id,
+swipe_info, extra, …}``. A group chat has the same shape; its messages carry
+each speaker's ``name``. SillyTavern writes lines with ``JSON.stringify``:
+compact, non-ASCII kept, ``\\n`` between lines.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import hashlib
+import json
+import struct
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+# ---------------------------------------------------------------- chat JSONL
+
+
+class ChatFormatError(ValueError):
+    """A chat, world info or card file that cannot be read as SillyTavern writes it."""
+
+
+def encode_line(obj: Mapping[str, Any]) -> bytes:
+    """One JSONL line as ``JSON.stringify`` writes it (compact, non-ASCII kept)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def send_date(now: datetime | None = None) -> str:
+    """A ``send_date`` in SillyTavern's humanized form, e.g. ``December 2, 2025 10:56am``."""
+    now = now or datetime.now()
+    hour = now.hour % 12 or 12
+    suffix = "am" if now.hour < 12 else "pm"
+    return f"{now:%B} {now.day}, {now.year} {hour}:{now.minute:02d}{suffix}"
+
+
+@dataclass(slots=True)
+class ChatMessage:
+    """One message line. ``line`` is the original bytes, ``None`` once changed."""
+
+    raw: dict[str, Any]
+    line: bytes | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.raw.get("name") or "")
+
+    @property
+    def mes(self) -> str:
+        value = self.raw.get("mes")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def is_user(self) -> bool:
+        return self.raw.get("is_user") is True
+
+    @property
+    def is_system(self) -> bool:
+        return self.raw.get("is_system") is True
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        value = self.raw.get("extra")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def role(self) -> str:
+        """``user``; ``system`` for narrator messages (``extra.type``); else ``assistant``."""
+        if self.is_user:
+            return "user"
+        if self.extra.get("type") in ("narrator", "system"):
+            return "system"
+        return "assistant"
+
+    @property
+    def hidden(self) -> bool:
+        """SillyTavern hides a message from the prompt by setting ``is_system``."""
+        return self.is_system
+
+    @property
+    def swipe_id(self) -> int:
+        value = self.raw.get("swipe_id")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    @property
+    def swipe_count(self) -> int:
+        swipes = self.raw.get("swipes")
+        return len(swipes) if isinstance(swipes, list) else 1
+
+    def set_text(self, text: str) -> None:
+        """Change ``mes`` (and the current swipe, as SillyTavern keeps them equal)."""
+        self.raw["mes"] = text
+        swipes = self.raw.get("swipes")
+        if isinstance(swipes, list) and 0 <= self.swipe_id < len(swipes):
+            swipes[self.swipe_id] = text
+        self.line = None
+
+    def encoded(self) -> bytes:
+        return self.line if self.line is not None else encode_line(self.raw)
+
+
+@dataclass(slots=True)
+class ChatFile:
+    """A whole chat file: header, messages and how its lines were separated."""
+
+    header: dict[str, Any]
+    messages: list[ChatMessage]
+    header_line: bytes | None = None
+    newline: bytes = b"\n"
+    trailing_newline: bool = False
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        value = self.header.get("chat_metadata")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def integrity(self) -> str | None:
+        value = self.metadata.get("integrity")
+        return value if isinstance(value, str) and value else None
+
+    @property
+    def character_name(self) -> str:
+        return str(self.header.get("character_name") or "")
+
+    @property
+    def user_name(self) -> str:
+        return str(self.header.get("user_name") or "")
+
+    def stable_id(self, fallback: str) -> str:
+        """``chat_metadata.integrity``; without one, ``fallback`` plus the creation date."""
+        if self.integrity:
+            return self.integrity
+        seed = f"{fallback}\n{self.header.get('create_date', '')}"
+        return "file-" + hashlib.sha256(seed.encode("utf-8")).hexdigest()[:32]
+
+    def encode(self) -> bytes:
+        lines = [self.header_line if self.header_line is not None else encode_line(self.header)]
+        lines.extend(m.encoded() for m in self.messages)
+        body = self.newline.join(lines)
+        return body + self.newline if self.trailing_newline else body
+
+
+def parse_chat(data: bytes) -> ChatFile:
+    """Read a chat JSONL file; the first line is the header."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        raise ChatFormatError("the chat file starts with a byte order mark")
+    newline = b"\r\n" if b"\r\n" in data[:65536] else b"\n"
+    trailing = data.endswith(newline)
+    body = data[: -len(newline)] if trailing else data
+    lines = body.split(newline) if body else []
+    if not lines:
+        raise ChatFormatError("the chat file is empty; it needs at least the header line")
+    parsed: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, 1):
+        try:
+            obj = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ChatFormatError(f"line {number} is not JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise ChatFormatError(f"line {number} is not a JSON object")
+        parsed.append(obj)
+    messages = [ChatMessage(obj, line) for obj, line in zip(parsed[1:], lines[1:], strict=True)]
+    return ChatFile(parsed[0], messages, lines[0], newline, trailing)
+
+
+def new_chat(
+    character_name: str, user_name: str = "User", *, integrity: str | None = None
+) -> ChatFile:
+    """An empty chat with a header as SillyTavern creates it."""
+    meta: dict[str, Any] = {}
+    if integrity:
+        meta["integrity"] = integrity
+    header = {
+        "user_name": user_name,
+        "character_name": character_name,
+        "create_date": send_date(),
+        "chat_metadata": meta,
+    }
+    return ChatFile(header, [])
+
+
+def new_message(
+    name: str, text: str, *, is_user: bool = False, extra: Mapping[str, Any] | None = None
+) -> ChatMessage:
+    """A message line in SillyTavern's shape, with one swipe."""
+    date = send_date()
+    raw: dict[str, Any] = {
+        "name": name,
+        "is_user": is_user,
+        "is_system": False,
+        "send_date": date,
+        "mes": text,
+        "swipes": [text],
+        "swipe_id": 0,
+        "swipe_info": [{"send_date": date, "extra": {}}],
+        "extra": dict(extra or {}),
+    }
+    return ChatMessage(raw)
+
+
+# ---------------------------------------------------------------- world info
+
+# SillyTavern's world_info_position and world_info_logic values.
+POSITIONS = {
+    0: "before_char",
+    1: "after_char",
+    2: "an_top",
+    3: "an_bottom",
+    4: "at_depth",
+    5: "em_top",
+    6: "em_bottom",
+    7: "outlet",
+}
+AND_ANY, NOT_ALL, NOT_ANY, AND_ALL = 0, 1, 2, 3
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(s.strip() for s in value.split(",") if s.strip())
+    if isinstance(value, list):
+        return tuple(str(s) for s in value if isinstance(s, str | int | float) and str(s).strip())
+    return ()
+
+
+def _int(value: Any, default: int) -> int:
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return default
+    return default
+
+
+def _opt_bool(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+@dataclass(slots=True)
+class WorldEntry:
+    """One lorebook entry, typed view over ``raw`` with SillyTavern's defaults.
+
+    ``case_sensitive``, ``match_whole_words`` and ``scan_depth`` are ``None``
+    when the entry follows the global setting.
+    """
+
+    raw: dict[str, Any]
+    world: str = ""
+
+    @property
+    def uid(self) -> int:
+        return _int(self.raw.get("uid"), 0)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return _strings(self.raw.get("key"))
+
+    @property
+    def secondary_keys(self) -> tuple[str, ...]:
+        return _strings(self.raw.get("keysecondary"))
+
+    @property
+    def selective(self) -> bool:
+        return self.raw.get("selective", True) is not False
+
+    @property
+    def selective_logic(self) -> int:
+        logic = _int(self.raw.get("selectiveLogic"), AND_ANY)
+        return logic if logic in (AND_ANY, NOT_ALL, NOT_ANY, AND_ALL) else AND_ANY
+
+    @property
+    def constant(self) -> bool:
+        return self.raw.get("constant") is True
+
+    @property
+    def disabled(self) -> bool:
+        return self.raw.get("disable") is True
+
+    @property
+    def content(self) -> str:
+        value = self.raw.get("content")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def comment(self) -> str:
+        value = self.raw.get("comment")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def order(self) -> int:
+        return _int(self.raw.get("order"), 100)
+
+    @property
+    def position(self) -> int:
+        return _int(self.raw.get("position"), 0)
+
+    @property
+    def position_name(self) -> str:
+        return POSITIONS.get(self.position, str(self.position))
+
+    @property
+    def depth(self) -> int:
+        return _int(self.raw.get("depth"), 4)
+
+    @property
+    def probability(self) -> int:
+        return _int(self.raw.get("probability"), 100)
+
+    @property
+    def use_probability(self) -> bool:
+        return self.raw.get("useProbability", True) is not False
+
+    @property
+    def scan_depth(self) -> int | None:
+        value = self.raw.get("scanDepth")
+        return None if value is None else _int(value, 0)
+
+    @property
+    def case_sensitive(self) -> bool | None:
+        return _opt_bool(self.raw.get("caseSensitive"))
+
+    @property
+    def match_whole_words(self) -> bool | None:
+        return _opt_bool(self.raw.get("matchWholeWords"))
+
+    @property
+    def exclude_recursion(self) -> bool:
+        return self.raw.get("excludeRecursion") is True
+
+    @property
+    def prevent_recursion(self) -> bool:
+        return self.raw.get("preventRecursion") is True
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return _strings(self.raw.get("group"))
+
+    @property
+    def group_override(self) -> bool:
+        return self.raw.get("groupOverride") is True
+
+    @property
+    def group_weight(self) -> int:
+        return max(_int(self.raw.get("groupWeight"), 100), 0)
+
+    @property
+    def label(self) -> str:
+        return self.comment or (self.keys[0] if self.keys else f"entry {self.uid}")
+
+
+@dataclass(slots=True)
+class WorldBook:
+    """A lorebook: its name (the file stem in SillyTavern) and entries by map key."""
+
+    name: str
+    raw: dict[str, Any]
+    entries: dict[str, WorldEntry] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        """The lorebook JSON; entries are written back from their ``raw`` objects."""
+        out = dict(self.raw)
+        out["entries"] = {k: e.raw for k, e in self.entries.items()}
+        return json.dumps(out, ensure_ascii=False, indent=4).encode("utf-8")
+
+
+def parse_world(data: bytes | Mapping[str, Any], name: str) -> WorldBook:
+    """A SillyTavern world info file, or a card's ``character_book`` (converted)."""
+    obj = json.loads(data) if isinstance(data, bytes) else copy.deepcopy(dict(data))
+    if not isinstance(obj, dict):
+        raise ChatFormatError("world info must be a JSON object")
+    entries = obj.get("entries")
+    if isinstance(entries, list):  # character_book (card spec V2/V3)
+        return character_book_to_world(obj, name)
+    if not isinstance(entries, dict):
+        raise ChatFormatError("world info needs an 'entries' object")
+    book = WorldBook(name, obj)
+    for key, raw in entries.items():
+        if not isinstance(raw, dict):
+            raise ChatFormatError(f"world info entry {key!r} is not an object")
+        book.entries[str(key)] = WorldEntry(raw, name)
+    return book
+
+
+_BOOK_POSITIONS = {"before_char": 0, "after_char": 1}
+
+
+def character_book_to_world(book: Mapping[str, Any], name: str) -> WorldBook:
+    """A card's ``character_book`` as world info, the way SillyTavern imports it.
+
+    SillyTavern keeps its own fields under each entry's ``extensions``
+    (``position``, ``depth``, ``probability``, ``selectiveLogic``, ``group``,
+    ``exclude_recursion``, ``prevent_recursion``, ``scan_depth``,
+    ``match_whole_words``, ``case_sensitive``, …); the card entry itself is
+    kept under ``characterBook`` so nothing is lost.
+    """
+    entries = book.get("entries")
+    world = WorldBook(book.get("name") or name, {"entries": {}, "originalData": dict(book)})
+    for index, item in enumerate(entries if isinstance(entries, list) else []):
+        if not isinstance(item, dict):
+            continue
+        found = item.get("extensions")
+        ext: dict[str, Any] = found if isinstance(found, dict) else {}
+        uid = _int(item.get("id"), index)
+        position = ext.get("position")
+        if position is None:
+            position = _BOOK_POSITIONS.get(str(item.get("position")), 0)
+        raw: dict[str, Any] = {
+            "uid": uid,
+            "key": list(_strings(item.get("keys"))),
+            "keysecondary": list(_strings(item.get("secondary_keys"))),
+            "comment": item.get("comment") or item.get("name") or "",
+            "content": item.get("content") or "",
+            "constant": item.get("constant") is True,
+            "selective": item.get("selective") is True,
+            "selectiveLogic": ext.get("selectiveLogic", AND_ANY),
+            "order": _int(item.get("insertion_order"), 100),
+            "position": position,
+            "disable": item.get("enabled") is False,
+            "depth": ext.get("depth", 4),
+            "probability": ext.get("probability", 100),
+            "useProbability": ext.get("useProbability", True),
+            "scanDepth": ext.get("scan_depth"),
+            "caseSensitive": ext.get("case_sensitive", item.get("case_sensitive")),
+            "matchWholeWords": ext.get("match_whole_words"),
+            "excludeRecursion": ext.get("exclude_recursion", False),
+            "preventRecursion": ext.get("prevent_recursion", False),
+            "group": ext.get("group", ""),
+            "groupOverride": ext.get("group_override", False),
+            "groupWeight": ext.get("group_weight", 100),
+            "characterBook": item,
+        }
+        world.entries[str(uid)] = WorldEntry(raw, world.name)
+    return world
+
+
+# ---------------------------------------------------------------- character cards
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_CARD_KEYWORDS = ("ccv3", "chara")  # V3 wins when both are present, as in SillyTavern
+
+
+@dataclass(slots=True)
+class CharacterCard:
+    """A character card (spec V1, V2 or V3). ``raw`` is the whole card JSON."""
+
+    raw: dict[str, Any]
+
+    @property
+    def spec(self) -> str:
+        return str(self.raw.get("spec") or "chara_card_v1")
+
+    @property
+    def data(self) -> dict[str, Any]:
+        data = self.raw.get("data")
+        return data if isinstance(data, dict) else self.raw
+
+    @property
+    def name(self) -> str:
+        return str(self.data.get("name") or self.raw.get("name") or "")
+
+    def book(self) -> WorldBook | None:
+        """The embedded ``character_book`` as world info, if the card has one."""
+        book = self.data.get("character_book")
+        if not isinstance(book, dict):
+            return None
+        return character_book_to_world(book, book.get("name") or f"{self.name}'s lorebook")
+
+
+def parse_card(data: bytes) -> CharacterCard:
+    """A card from JSON bytes or from a PNG with a ``ccv3`` / ``chara`` text chunk."""
+    if data.startswith(PNG_SIGNATURE):
+        chunks = png_text_chunks(data)
+        for keyword in _CARD_KEYWORDS:
+            if keyword in chunks:
+                try:
+                    data = base64.b64decode(chunks[keyword], validate=False)
+                except (binascii.Error, ValueError) as exc:
+                    raise ChatFormatError(f"the {keyword} chunk is not base64: {exc}") from None
+                break
+        else:
+            raise ChatFormatError("the PNG has no chara or ccv3 text chunk")
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ChatFormatError(f"the card is not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ChatFormatError("a card must be a JSON object")
+    return CharacterCard(obj)
+
+
+def _chunks(data: bytes) -> Iterable[tuple[bytes, bytes, int, int]]:
+    """``(type, body, start, end)`` of each PNG chunk."""
+    pos = len(PNG_SIGNATURE)
+    while pos + 8 <= len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind = data[pos + 4 : pos + 8]
+        end = pos + 12 + length
+        if end > len(data):
+            raise ChatFormatError("the PNG is truncated")
+        yield kind, data[pos + 8 : pos + 8 + length], pos, end
+        pos = end
+        if kind == b"IEND":
+            return
+
+
+def png_text_chunks(data: bytes) -> dict[str, bytes]:
+    """Keyword → text of the ``tEXt`` chunks (what SillyTavern writes cards into)."""
+    found: dict[str, bytes] = {}
+    for kind, body, _, _ in _chunks(data):
+        if kind == b"tEXt" and b"\0" in body:
+            keyword, _, text = body.partition(b"\0")
+            found[keyword.decode("latin-1").lower()] = text
+    return found
+
+
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    crc = zlib.crc32(kind + body) & 0xFFFFFFFF
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", crc)
+
+
+def write_card_png(png: bytes, card: Mapping[str, Any]) -> bytes:
+    """``png`` with its card chunks replaced: ``chara`` always, ``ccv3`` for a V3 card.
+
+    Like SillyTavern, the ``chara`` chunk holds the card as V2 (``spec`` set
+    to ``chara_card_v2``) and the ``ccv3`` chunk the V3 card.
+    """
+    if not png.startswith(PNG_SIGNATURE):
+        raise ChatFormatError("not a PNG")
+    kept = [
+        data
+        for kind, body, start, end in _chunks(png)
+        for data in [png[start:end]]
+        if not (kind == b"tEXt" and body.split(b"\0", 1)[0].lower() in (b"chara", b"ccv3"))
+    ]
+    iend = kept.pop() if kept and kept[-1][4:8] == b"IEND" else _chunk(b"IEND", b"")
+    v2 = dict(card)
+    if str(card.get("spec")) == "chara_card_v3":
+        v2["spec"], v2["spec_version"] = "chara_card_v2", "2.0"
+    text = [_chunk(b"tEXt", b"chara\0" + base64.b64encode(encode_line(v2)))]
+    if str(card.get("spec")) == "chara_card_v3":
+        text.append(_chunk(b"tEXt", b"ccv3\0" + base64.b64encode(encode_line(card))))
+    return PNG_SIGNATURE + b"".join(kept) + b"".join(text) + iend

@@ -1,0 +1,121 @@
+"""The read-only chat mount: the chat as files the workspace tools and the shell can read.
+
+::
+
+    chat/chat.json                  {title, stableChatId, character, floorCount}
+    chat/floors/NNNNNN/message.md   the raw ``mes`` (no macros, no regex)
+    chat/floors/NNNNNN/meta.json    {index, name, role, hidden, send_date, swipe_id, swipe_count}
+
+The floors are one shared copy per chat workspace
+(``<data-root>/chats/<id>/mount/floors``), updated incrementally: a floor is
+rewritten only when its line changed, floors past the end are removed. Each
+run's ``Workspace`` shows only floors before its frozen count, and its own
+``chat/chat.json`` (in the run folder) says what that count is. The copy is
+derived data: files are renamed into place but not fsynced, and a lost
+``state.json`` makes the next sync rewrite everything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tavern_agent.chat.formats import ChatFile, ChatMessage
+from tavern_agent.chat.run_input import ChatRunInput
+
+ROOT = "chat"
+STATE = "state.json"
+
+
+def floor_name(index: int) -> str:
+    return f"{index:06d}"
+
+
+def floor_path(index: int) -> str:
+    return f"{ROOT}/floors/{floor_name(index)}/message.md"
+
+
+def meta(index: int, message: ChatMessage) -> dict[str, Any]:
+    return {
+        "index": index,
+        "name": message.name,
+        "role": message.role,
+        "hidden": message.hidden,
+        "send_date": message.raw.get("send_date"),
+        "swipe_id": message.swipe_id,
+        "swipe_count": message.swipe_count,
+    }
+
+
+def chat_info(run_input: ChatRunInput) -> dict[str, Any]:
+    return {
+        "title": run_input.title,
+        "stableChatId": run_input.stable_chat_id,
+        "character": run_input.character,
+        "floorCount": run_input.floor_count,
+    }
+
+
+@contextlib.contextmanager
+def _lock(folder: Path) -> Iterator[None]:
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _put(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def sync_floors(chat: ChatFile, mount_dir: Path) -> int:
+    """Bring ``mount_dir/floors`` up to date with ``chat``; returns floors rewritten."""
+    floors = mount_dir / "floors"
+    floors.mkdir(parents=True, exist_ok=True)
+    with _lock(mount_dir):
+        state_path = mount_dir / STATE
+        try:
+            old: list[str] = json.loads(state_path.read_bytes())["floors"]
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            old = []
+        new: list[str] = []
+        written = 0
+        for index, message in enumerate(chat.messages):
+            digest = hashlib.sha1(message.encoded()).hexdigest()
+            new.append(digest)
+            if index < len(old) and old[index] == digest:
+                continue
+            folder = floors / floor_name(index)
+            folder.mkdir(exist_ok=True)
+            _put(folder / "message.md", message.mes.encode("utf-8", "surrogatepass"))
+            body = json.dumps(meta(index, message), ensure_ascii=False, indent=1)
+            _put(folder / "meta.json", body.encode("utf-8"))
+            written += 1
+        for index in range(len(chat.messages), max(len(old), _highest(floors) + 1)):
+            shutil.rmtree(floors / floor_name(index), ignore_errors=True)
+        _put(state_path, json.dumps({"floors": new}).encode("utf-8"))
+    return written
+
+
+def _highest(floors: Path) -> int:
+    names = [int(n) for n in os.listdir(floors) if n.isdigit()]
+    return max(names, default=-1)
+
+
+def prepare_run_mount(run_root: Path, run_input: ChatRunInput) -> None:
+    """The run's own ``chat/chat.json`` and the ``chat/floors`` entry point."""
+    folder = run_root / ROOT
+    (folder / "floors").mkdir(parents=True, exist_ok=True)
+    data = json.dumps(chat_info(run_input), ensure_ascii=False, indent=1).encode("utf-8")
+    _put(folder / "chat.json", data)

@@ -1,0 +1,210 @@
+"""A chat run's frozen input and the chat object its tools use.
+
+When a run starts, :func:`freeze` records how many floors the chat had (the
+run sees floors ``0 … N-1``, R2.1) and which world info entries were active;
+:meth:`ChatRunInput.save` / :meth:`ChatRunInput.load` keep that in the run's
+``input/`` folder so a resumed run sees the same. The chat itself is not
+copied: tools read the chat file, limited to the first N floors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tavern_agent.chat.activation import (
+    ActivatedEntry,
+    ActivationSettings,
+    ScanMessage,
+    activate,
+)
+from tavern_agent.chat.formats import ChatFile, WorldBook
+from tavern_agent.chat.repository import ChatCommit, ChatRepository, CommitReceipt
+from tavern_agent.chat.search import ChatIndex, Doc
+
+if TYPE_CHECKING:
+    from tavern_agent.core.results import CommitRequested
+    from tavern_agent.workspace.store import Workspace
+
+INPUT_FILE = "input/chat.json"
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRunInput:
+    """What a chat run was started with; ``activation`` is ``None`` when unknown."""
+
+    stable_chat_id: str
+    title: str
+    character: str
+    user_name: str
+    floor_count: int
+    prefix_sha256: str
+    activation: tuple[ActivatedEntry, ...] | None = None
+    activation_source: str | None = None  # "computed" or "host"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schemaVersion": SCHEMA_VERSION,
+            "stableChatId": self.stable_chat_id,
+            "title": self.title,
+            "character": self.character,
+            "userName": self.user_name,
+            "floorCount": self.floor_count,
+            "prefixSha256": self.prefix_sha256,
+            "activation": None
+            if self.activation is None
+            else [a.to_json() for a in self.activation],
+            "activationSource": self.activation_source,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> ChatRunInput:
+        if obj.get("schemaVersion") != SCHEMA_VERSION:
+            raise ValueError(f"unknown chat input schema {obj.get('schemaVersion')!r}")
+        activation = obj.get("activation")
+        return cls(
+            stable_chat_id=str(obj["stableChatId"]),
+            title=str(obj.get("title", "")),
+            character=str(obj.get("character", "")),
+            user_name=str(obj.get("userName", "")),
+            floor_count=int(obj["floorCount"]),
+            prefix_sha256=str(obj.get("prefixSha256", "")),
+            activation=None
+            if activation is None
+            else tuple(ActivatedEntry.from_json(a, i) for i, a in enumerate(activation)),
+            activation_source=obj.get("activationSource"),
+        )
+
+    def save(self, run_root: Path) -> None:
+        """Write ``input/chat.json`` atomically (run internals, hidden from the model)."""
+        path = run_root / INPUT_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        data = json.dumps(self.to_json(), ensure_ascii=False, indent=1).encode("utf-8")
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, run_root: Path) -> ChatRunInput | None:
+        path = run_root / INPUT_FILE
+        if not path.is_file():
+            return None
+        return cls.from_json(json.loads(path.read_bytes()))
+
+
+def prefix_digest(chat: ChatFile, count: int) -> str:
+    digest = hashlib.sha256()
+    for message in chat.messages[:count]:
+        digest.update(message.encoded())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def scan_messages(chat: ChatFile, count: int) -> list[ScanMessage]:
+    """The floors activation scans: visible ones (hidden floors stay out of the prompt)."""
+    return [ScanMessage(m.name, m.mes) for m in chat.messages[:count] if not m.hidden]
+
+
+def freeze(
+    chat: ChatFile,
+    stable_chat_id: str,
+    *,
+    title: str = "",
+    books: Iterable[WorldBook] = (),
+    settings: ActivationSettings | None = None,
+    rng: random.Random | None = None,
+    precomputed: Sequence[dict[str, Any]] | None = None,
+) -> ChatRunInput:
+    """The run input for ``chat`` as it is now.
+
+    ``precomputed`` is the host's activation list, used as given; otherwise
+    the entries of ``books`` are activated here. With neither, activation is
+    unavailable to the run.
+    """
+    count = len(chat.messages)
+    activation: tuple[ActivatedEntry, ...] | None
+    books = list(books)
+    if precomputed is not None:
+        activation = tuple(ActivatedEntry.from_json(a, i) for i, a in enumerate(precomputed))
+        source: str | None = "host"
+    elif books:
+        activation = tuple(activate(books, scan_messages(chat, count), settings, rng))
+        source = "computed"
+    else:
+        activation, source = None, None
+    return ChatRunInput(
+        stable_chat_id=stable_chat_id,
+        title=title,
+        character=chat.character_name,
+        user_name=chat.user_name,
+        floor_count=count,
+        prefix_sha256=prefix_digest(chat, count),
+        activation=activation,
+        activation_source=source,
+    )
+
+
+@dataclass(slots=True)
+class ChatRun:
+    """The chat side of one run, as chat tools see it through ``CallContext.chat``.
+
+    ``allow_commit`` is false for child agents. The loaded chat and its search
+    index are cached and reloaded only when the file changes.
+    """
+
+    repository: ChatRepository
+    input: ChatRunInput
+    run_id: str = ""
+    profile_id: str = ""
+    allow_commit: bool = True
+    _cache: tuple[Any, ChatFile, ChatIndex | None] | None = field(default=None, repr=False)
+
+    def _stamp(self) -> Any:
+        path = getattr(self.repository, "path", None)
+        if isinstance(path, Path):
+            st = path.stat()
+            return (st.st_ino, st.st_size, st.st_mtime_ns)
+        return None
+
+    def chat(self) -> ChatFile:
+        """The chat file now (``FileNotFoundError`` if it is gone)."""
+        stamp = self._stamp()
+        if self._cache is None or stamp is None or self._cache[0] != stamp:
+            self._cache = (stamp, self.repository.load(), None)
+        return self._cache[1]
+
+    def index(self) -> ChatIndex:
+        chat = self.chat()
+        assert self._cache is not None
+        index = self._cache[2]
+        if index is None:
+            index = ChatIndex([Doc(m.mes, m.role, m.hidden) for m in chat.messages])
+            self._cache = (self._cache[0], chat, index)
+        return index
+
+    @property
+    def floor_count(self) -> int:
+        return self.input.floor_count
+
+    def apply_commit(self, text: str, path: str, mode: str, reason: str) -> CommitReceipt:
+        """Apply a commit-requested effect to the chat (the chat adapter's job)."""
+        commit = ChatCommit(self.run_id, self.profile_id, path, text, mode, reason)
+        receipt = self.repository.apply_commit(commit)
+        self._cache = None
+        return receipt
+
+    def apply_effect(self, effect: CommitRequested, workspace: Workspace) -> CommitReceipt:
+        """The chat adapter: publish the committed file's current text to the chat."""
+        data = workspace.read_bytes(effect.path)
+        text = data.decode("utf-8", errors="replace")
+        return self.apply_commit(text, effect.path, effect.mode, effect.reason or "")

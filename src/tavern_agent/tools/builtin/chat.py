@@ -1,0 +1,252 @@
+"""``chat.search`` and ``chat.read_messages``: the run's chat, floors ``0 … N-1`` (R2.1)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tavern_agent.chat.formats import ChatFile, ChatFormatError
+from tavern_agent.chat.mount import floor_path
+from tavern_agent.chat.run_input import ChatRun
+from tavern_agent.chat.search import snippet, tokenize
+from tavern_agent.core.descriptors import Scene
+from tavern_agent.core.errors import ErrorCode
+from tavern_agent.core.results import ToolFailure, ToolOutcome
+from tavern_agent.tools.builtin.registry import builtin_tool
+from tavern_agent.tools.context import CallContext
+
+ITEM_CHARS = 8_000
+CALL_CHARS = 20_000
+ITEM_LINES = 1_200
+MAX_ITEMS = 20
+READ_TOOL = "builtin:chat.read_messages"
+CHAT_ONLY = frozenset({Scene.CHAT})
+
+
+def require_chat(ctx: CallContext) -> ChatRun:
+    if ctx.chat is None:
+        raise ToolFailure(ErrorCode.CHAT_UNAVAILABLE, "This run has no chat to read.")
+    return ctx.chat
+
+
+def load_chat(run: ChatRun) -> ChatFile:
+    try:
+        return run.chat()
+    except (FileNotFoundError, ChatFormatError) as exc:
+        raise ToolFailure(
+            ErrorCode.CHAT_NOT_FOUND,
+            f"The chat can no longer be read ({exc}); continue without it.",
+        ) from None
+
+
+def floors_text(count: int) -> str:
+    return f"floors 0-{count - 1}" if count else "no floors"
+
+
+# ---------------------------------------------------------------- paging
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Lines ``start…end`` (1-based) of a text with ``total`` lines."""
+
+    start: int
+    end: int
+    total: int
+    body: str  # numbered lines
+    chars: int
+    cut: bool  # a line longer than the cap was shortened
+
+
+def segment(text: str, offset: int, limit: int | None, cap: int) -> Segment:
+    """Numbered lines from ``offset``, at most ``limit`` lines and ``cap`` chars of text."""
+    lines = text.split("\n")
+    total = len(lines)
+    if offset > total:
+        raise ValueError(f"offset {offset} is past the end ({total} lines)")
+    wanted = min(limit or ITEM_LINES, ITEM_LINES)
+    shown: list[str] = []
+    chars, cut = 0, False
+    for number in range(offset, min(offset + wanted, total + 1)):
+        line = lines[number - 1]
+        if chars + len(line) > cap:
+            if shown:
+                break
+            line, cut = line[: max(cap, 0)], True
+        shown.append(f"{number}\t{line}")
+        chars += len(line) + 1
+    end = offset + len(shown) - 1
+    return Segment(offset, end, total, "\n".join(shown), chars, cut)
+
+
+def continuation(items: list[dict[str, Any]], key: str) -> str:
+    text = json.dumps(items, ensure_ascii=False, separators=(",", ":"))
+    return f"[more: continue with {key}={text}]"
+
+
+# ---------------------------------------------------------------- search
+
+
+@builtin_tool(
+    "chat.search",
+    description=(
+        "Search this chat's messages (floors) by relevance; any language. "
+        "Returns floors with snippets to read in full."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "query": {"type": "string"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Default 20."},
+            "role": {"type": "string", "enum": ["user", "assistant", "system"]},
+            "hidden": {"type": "boolean", "description": "Only hidden/visible floors."},
+            "start_floor": {"type": "integer", "minimum": 0},
+            "end_floor": {"type": "integer", "minimum": 0, "description": "Inclusive."},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+    scenes=CHAT_ONLY,
+)
+async def SEARCH(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    run = require_chat(ctx)
+    return await asyncio.to_thread(_search, run, args, ctx)
+
+
+def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    count = run.floor_count
+    start = args.get("start_floor", 0)
+    end = args.get("end_floor", count - 1)
+    if count == 0 or start >= count or start > end:
+        raise ToolFailure(
+            ErrorCode.CHAT_INVALID_RANGE,
+            f"start_floor {start} / end_floor {end} select nothing; this chat has "
+            f"{floors_text(count)}.",
+        )
+    end = min(end, count - 1)
+    query: str = args["query"]
+    if not tokenize(query):
+        raise ToolFailure(
+            ErrorCode.TOOL_INVALID_ARGUMENTS, "query has no words to search for; give some words."
+        )
+    chat = load_chat(run)
+    hits = run.index().search(
+        query,
+        limit=args.get("limit", 20),
+        start=start,
+        end=end + 1,
+        role=args.get("role"),
+        hidden=args.get("hidden"),
+    )
+    scope = f"floors {start}-{end}"
+    if not hits:
+        return ToolOutcome(
+            f'No floors match "{query}" in {scope}. Try other words or a wider range.',
+            {"query": query, "hits": []},
+        )
+    reader = ctx.model_name(READ_TOOL, "chat_read_messages")
+    lines = [f'{len(hits)} floor(s) match "{query}" ({scope}, best first):']
+    records = []
+    terms = tokenize(query)
+    for hit in hits:
+        message = chat.messages[hit.floor]
+        path = floor_path(hit.floor)
+        hidden = ", hidden" if message.hidden else ""
+        text = snippet(message.mes, [hit.term, *terms])
+        lines.append(f"floor {hit.floor} ({message.role}{hidden}, {message.name}) {path}")
+        lines.append(f"  {text}")
+        records.append(
+            {
+                "floor": hit.floor,
+                "role": message.role,
+                "name": message.name,
+                "hidden": message.hidden,
+                "score": round(hit.score, 4),
+                "path": path,
+                "ref": f"chat:current#{hit.floor}",
+            }
+        )
+    lines.append(f"Read floors with {reader}.")
+    return ToolOutcome("\n".join(lines), {"query": query, "hits": records})
+
+
+# ---------------------------------------------------------------- read
+
+
+@builtin_tool(
+    "chat.read_messages",
+    description="Read chat messages by floor (0-based); long ones in line pages.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "floors": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_ITEMS,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "floor": {"type": "integer", "minimum": 0},
+                        "offset": {"type": "integer", "minimum": 1, "description": "First line."},
+                        "limit": {"type": "integer", "minimum": 1, "description": "Lines."},
+                    },
+                    "required": ["floor"],
+                    "additionalProperties": False,
+                },
+            }
+        },
+        "required": ["floors"],
+        "additionalProperties": False,
+    },
+    scenes=CHAT_ONLY,
+)
+async def READ_MESSAGES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    run = require_chat(ctx)
+    return await asyncio.to_thread(_read, run, args["floors"], ctx)
+
+
+def _read(run: ChatRun, items: list[dict[str, Any]], ctx: CallContext) -> ToolOutcome:
+    count = run.floor_count
+    for item in items:
+        if item["floor"] >= count:
+            raise ToolFailure(
+                ErrorCode.CHAT_FLOOR_NOT_FOUND,
+                f"Floor {item['floor']} is not in this chat ({floors_text(count)}).",
+            )
+    chat = load_chat(run)
+    if len(chat.messages) < count:
+        raise ToolFailure(
+            ErrorCode.CHAT_NOT_FOUND,
+            "The chat lost floors since this run started; continue without it.",
+        )
+    parts: list[str] = []
+    more: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    budget = CALL_CHARS
+    for item in items:
+        floor, offset = item["floor"], item.get("offset", 1)
+        if budget <= 0:
+            more.append({"floor": floor, "offset": offset})
+            continue
+        message = chat.messages[floor]
+        try:
+            seg = segment(message.mes, offset, item.get("limit"), min(ITEM_CHARS, budget))
+        except ValueError as exc:
+            raise ToolFailure(
+                ErrorCode.CHAT_INVALID_RANGE, f"Floor {floor}: {exc}; use offset 1 or higher."
+            ) from None
+        budget -= seg.chars
+        hidden = ", hidden" if message.hidden else ""
+        head = f"floor {floor} ({message.role}{hidden}, {message.name}): "
+        parts.append(head + f"lines {seg.start}-{seg.end} of {seg.total}\n{seg.body}")
+        if seg.cut:
+            parts.append(f"[line {seg.start} was cut at {ITEM_CHARS} chars]")
+        wanted_end = seg.start + min(item.get("limit") or seg.total, ITEM_LINES) - 1
+        if seg.end < min(wanted_end, seg.total):
+            more.append({"floor": floor, "offset": seg.end + 1})
+        records.append({"floor": floor, "startLine": seg.start, "endLine": seg.end})
+    if more:
+        parts.append(continuation(more, "floors"))
+    return ToolOutcome("\n".join(parts), {"floors": records, "more": more})

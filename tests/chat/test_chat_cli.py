@@ -1,0 +1,62 @@
+"""The chat options of ``tavern-agent call``, run as a real process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tavern_agent.chat.formats import encode_line, parse_chat
+from tests.chat.helpers import ELDORIA, write_chat
+from tests.test_cli import run
+
+
+def test_cli_chat_search_world_and_commit(tmp_path: Path) -> None:
+    chat = write_chat(tmp_path / "my.jsonl", ["Into the forest we go.", "The glade awaits."])
+    data = tmp_path / "data"
+    proc = run("call", "chat_search", '{"query":"forest"}', "--chat", str(chat), data_dir=data)
+    assert proc.returncode == 0, proc.stderr
+    assert "floor 0 (user, User) chat/floors/000000/message.md" in proc.stdout
+    proc = run(
+        "call",
+        "worldinfo_read_activated",
+        "--chat",
+        str(chat),
+        "--world",
+        str(ELDORIA),
+        data_dir=data,
+    )
+    assert "worldinfo:Eldoria#0" in proc.stdout, proc.stderr
+    card = tmp_path / "card.json"
+    book = {"entries": [{"id": 1, "keys": ["glade"], "content": "Card lore.", "enabled": True}]}
+    card.write_bytes(
+        encode_line({"spec": "chara_card_v2", "data": {"name": "S", "character_book": book}})
+    )
+    proc = run(
+        "call",
+        "worldinfo_read_activated",
+        "--chat",
+        str(chat),
+        "--character",
+        str(card),
+        "--json",
+        data_dir=data,
+    )
+    assert json.loads(proc.stdout)["structured"]["entries"][0]["label"] == "glade"
+    ws = tmp_path / "ws"
+    (ws / "output").mkdir(parents=True)
+    (ws / "output" / "main.md").write_text("A reply from the command line.")
+    proc = run(
+        "call",
+        "workspace_commit",
+        '{"reason":"Publish the reply."}',
+        "--chat",
+        str(chat),
+        "--workspace",
+        str(ws),
+        data_dir=data,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "chat floor 2 created" in proc.stderr
+    assert parse_chat(chat.read_bytes()).messages[2].mes == "A reply from the command line."
+    proc = run("call", "chat_search", '{"query":"x"}', "--world", str(ELDORIA), data_dir=data)
+    assert proc.returncode == 2 and "--chat" in proc.stderr
