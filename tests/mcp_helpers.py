@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -78,3 +80,53 @@ async def call(
 ) -> AgentToolResult:
     raw = json.dumps(args or {})
     return (await gate.handle(ToolCall(cid, name, raw), round=1)).result
+
+
+class RecordingProxy:
+    """A TCP forwarder on 127.0.0.1 that keeps every byte the client sends.
+
+    Put in front of an HTTP MCP server, it shows what reached the server —
+    whatever the HTTP framing — so a test can prove a call was never sent.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.sent = bytearray()
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> RecordingProxy:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, record: bool) -> None:
+            try:
+                while data := await src.read(65536):
+                    if record:
+                        self.sent.extend(data)
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
+
+    def tool_calls(self) -> list[str]:
+        """Names of the tools/call requests that passed through, in order."""
+        text = self.sent.decode("utf-8", errors="replace")
+        names = []
+        for match in re.finditer(r'"method"\s*:\s*"tools/call"', text):
+            found = re.search(r'"name"\s*:\s*"([^"]+)"', text[match.end() : match.end() + 400])
+            if found:
+                names.append(found.group(1))
+        return names

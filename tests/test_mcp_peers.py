@@ -23,6 +23,7 @@ from .mcp_helpers import (
     EVERYTHING,
     FILESYSTEM,
     LOOPBACK,
+    RecordingProxy,
     call,
     calls_in,
     fast_peer,
@@ -104,6 +105,11 @@ async def test_server_everything(
 ) -> None:
     url = request.getfixturevalue("everything_http") if transport == "http" else ""
     ws = tmp_path / "ws"
+    # Over HTTP a recording proxy sits in front of the server, as the tee does for stdio.
+    proxy = RecordingProxy(int(url.rsplit(":", 1)[1].split("/")[0])) if url else None
+    if proxy is not None:
+        await proxy.__aenter__()
+        url = f"http://127.0.0.1:{proxy.port}/mcp"
     async with McpManager(tmp_path / "data") as manager:
         register(manager, "everything", _everything(transport, tmp_path, url))
         found = await manager.discover("everything")
@@ -147,9 +153,13 @@ async def test_server_everything(
         denied = await call(gate, "mcp__everything__echo", {"message": "secret"}, cid="c9")
         assert denied.is_error and denied.error_code is ErrorCode.MCP_PERMISSION_DENIED
         assert "not sent" in denied.content
-    if transport == "stdio":
+    if proxy is not None:
+        await proxy.__aexit__()
+        sent = proxy.tool_calls()
+    else:
         sent = _tool_calls(tmp_path / "wire.log")
-        assert sent == ["echo", "get-sum", "get-structured-content", "get-tiny-image"]
+    # The echo switched off ("secret") never reached the server.
+    assert sent == ["echo", "get-sum", "get-structured-content", "get-tiny-image"]
 
 
 async def test_off_tool_is_never_sent_to_the_peer(tmp_path: Path) -> None:
