@@ -43,6 +43,11 @@ class ErrorCode(StrEnum):
     WORKSPACE_PATCH_OLD_STRING_NOT_FOUND = "workspace.patch_old_string_not_found"
     WORKSPACE_PATCH_OLD_STRING_NOT_UNIQUE = "workspace.patch_old_string_not_unique"
     WORKSPACE_GREP_PATTERN_INVALID = "workspace.grep_pattern_invalid"
+    WORKSPACE_SHELL_EXIT = "workspace.shell_exit"
+    WORKSPACE_SHELL_TIMEOUT = "workspace.shell_timeout"
+    WORKSPACE_SHELL_LIMIT = "workspace.shell_limit"
+    WORKSPACE_SHELL_CANCELLED = "workspace.shell_cancelled"
+    WORKSPACE_SHELL_FAILED = "workspace.shell_failed"
     # mcp and extension sources
     MCP_PERMISSION_DENIED = "mcp.permission_denied"
     MCP_TOOL_ERROR = "mcp.tool_error"
@@ -115,6 +120,15 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
         True, "old_string occurs more than once and replace_all is false."
     ),
     ErrorCode.WORKSPACE_GREP_PATTERN_INVALID: ErrorInfo(True, "The regex is not valid RE2."),
+    ErrorCode.WORKSPACE_SHELL_EXIT: ErrorInfo(True, "The shell command exited non-zero."),
+    ErrorCode.WORKSPACE_SHELL_TIMEOUT: ErrorInfo(True, "The shell command ran past its wall time."),
+    ErrorCode.WORKSPACE_SHELL_LIMIT: ErrorInfo(
+        True, "The shell command hit a sandbox limit (commands, loop iterations or memory)."
+    ),
+    ErrorCode.WORKSPACE_SHELL_CANCELLED: ErrorInfo(
+        True, "The run was cancelled while the shell command ran; files it wrote stay written."
+    ),
+    ErrorCode.WORKSPACE_SHELL_FAILED: ErrorInfo(True, "The shell sandbox could not start."),
     ErrorCode.MCP_PERMISSION_DENIED: ErrorInfo(
         True, "The MCP tool is paused, removed or off; the call was not sent."
     ),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tavern_agent.tools.builtin import dice, patch, search, workspace_files
+from tavern_agent.tools.builtin import dice, patch, search, shell, workspace_files
 from tavern_agent.tools.builtin.registry import BuiltinRegistry, BuiltinTool
 
 BUILTIN_TOOLS: tuple[BuiltinTool, ...] = (
@@ -11,6 +11,7 @@ BUILTIN_TOOLS: tuple[BuiltinTool, ...] = (
     workspace_files.WRITE_FILE,
     patch.APPLY_PATCH,
     search.SEARCH_FILES,
+    shell.SHELL,
     dice.ROLL,
 )
 
