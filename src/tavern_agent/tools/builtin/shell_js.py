@@ -67,7 +67,7 @@ _PRELUDE = r"""
 (() => {
 const g = globalThis;
 const fmt = (v, depth = 0) => {
-  if (typeof v === 'string') return depth ? JSON.stringify(v) : v;
+  if (typeof v === 'string') return depth ? `'${v.replace(/\\/g, '\\\\').replace(/'/g, "\\'")}'` : v;
   if (v instanceof Error) return v.stack ? `${v.name}: ${v.message}\n${v.stack}`.trimEnd()
                                         : `${v.name}: ${v.message}`;
   if (typeof v === 'function') return `[Function: ${v.name || '(anonymous)'}]`;
@@ -101,7 +101,8 @@ const line = (args) => {
       if (c === '%') return '%';
       if (i >= args.length) return m;
       const a = args[i++];
-      if (c === 'd' || c === 'i') return String(parseInt(a));
+      if (c === 'd') return String(Number(a));
+      if (c === 'i') return String(parseInt(a));
       if (c === 'f') return String(parseFloat(a));
       if (c === 'j') return JSON.stringify(a);
       return fmt(a, c === 's' ? 0 : 1);
@@ -234,7 +235,11 @@ path.posix = path;
 // Timers: a host sleep per timer, so microtasks always run before the next timer.
 const timers = new Map();
 let nextId = 1, idle = null;
-const settle = () => { if (!timers.size && idle) { const f = idle; idle = null; f(); } };
+// Idle only once microtasks queued by the last timer have run (they may arm new timers).
+const settle = () => {
+  if (timers.size || !idle) return;
+  __host_sleep(0).then(() => { if (!timers.size && idle) { const f = idle; idle = null; f(); } });
+};
 const failed = (e) => {
   __host_write(2, 'Uncaught ' + fmt(e) + '\n');
   g.process.exitCode = 1;
@@ -260,7 +265,7 @@ g.setInterval = timer(true);
 g.setImmediate = (fn, ...args) => g.setTimeout(fn, 0, ...args);
 g.clearTimeout = g.clearInterval = g.clearImmediate = (id) => { timers.delete(id); settle(); };
 g.queueMicrotask = (fn) => { Promise.resolve().then(fn); };
-g.__idle = () => timers.size ? new Promise((r) => { idle = r; }) : Promise.resolve();
+g.__idle = () => new Promise((r) => { idle = r; settle(); });
 
 const listeners = {};
 const stdin = {
@@ -402,7 +407,15 @@ def _fs_op(fs: FileSystem, op: str, path: str, data: str | None) -> str:
         return json.dumps({"error": "EEXIST", "message": "file already exists"})
     except Exception as exc:  # Bashkit reports read-only mounts and the like as plain errors
         text = str(exc) or type(exc).__name__
-        code = "EROFS" if "read-only" in text else "EACCES" if "escape" in text else "EIO"
+        code = (
+            "EROFS"
+            if "read-only" in text
+            else "ENOENT"
+            if "not found" in text
+            else "EACCES"
+            if "escape" in text
+            else "EIO"
+        )
         return json.dumps({"error": code, "message": text})
 
 
@@ -473,13 +486,11 @@ async def _evaluate(inv: _Invocation, bctx: BuiltinContext, limits: JsLimits) ->
         code = inv.code
         if inv.print_result:
             code = f"console.log(eval({json.dumps(code)}))"
+        # Timers run inside the same evaluation; its completion value is not marshalled back.
+        code += "\n;await __idle();\nundefined"
         try:
             await asyncio.wait_for(
                 ctx.eval_async(code, filename=inv.filename, timeout=limits.seconds_left()),
-                timeout=limits.seconds_left() + 0.05,
-            )
-            await asyncio.wait_for(
-                ctx.eval_async("await __idle()", timeout=limits.seconds_left()),
                 timeout=limits.seconds_left() + 0.05,
             )
             exit_code = _exit_code(ctx, default=0) or 0
