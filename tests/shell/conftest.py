@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from tavern_agent.core.descriptors import Scene
+from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.core.profile import Limits, Profile, ShellLimits
 from tavern_agent.core.results import AgentToolResult
+from tavern_agent.tools.builtin import builtin_registry
+from tavern_agent.tools.catalog import ToolCatalog
+from tavern_agent.tools.snapshot import build_snapshot
 from tavern_agent.workspace.roots import RootPolicy
 from tavern_agent.workspace.store import Workspace
 from tests.workspace.conftest import Agent
@@ -51,6 +56,25 @@ def ws(sandbox_home: Path) -> Workspace:
 @pytest.fixture
 def agent(ws: Workspace) -> Agent:
     return Agent(ws)
+
+
+def limited_agent(ws: Workspace, inline: int = 50_000, **shell: float) -> Agent:
+    """An agent whose profile sets shell limits (short timeouts keep the suite quick)."""
+    agent = Agent(ws)
+    catalog = ToolCatalog(builtin_registry())
+    limits = Limits(external_result_inline_char_limit=inline, shell=ShellLimits(**shell))
+    base = Profile.allowing([d.tool_id for d in catalog.descriptors(Scene.CHAT)])
+    profile = base.model_copy(update={"limits": limits})
+    agent.gate.snapshot = build_snapshot(
+        catalog, profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv_shell"
+    )
+    return agent
+
+
+@pytest.fixture
+def quick(ws: Workspace) -> Agent:
+    """Three-second wall time, for tests that run into the limit on purpose."""
+    return limited_agent(ws, timeout_seconds=3, js_timeout_seconds=3)
 
 
 async def sh(agent: Agent, command: str, **extra: object) -> AgentToolResult:

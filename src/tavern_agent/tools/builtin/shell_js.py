@@ -29,6 +29,7 @@ from quickjs_rs import TimeoutError as JsTimeout
 VERSION = "v20.0.0-quickjs"
 USAGE = "usage: node [-e CODE | -p EXPR | FILE | -] [ARGS…]  (QuickJS-ng; no npm modules)\n"
 HIDDEN_ENV = frozenset({"BASHKIT_ALLOW_INPROCESS_PYTHON"})
+DEADLINE_MARGIN = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,9 @@ class JsLimits:
     stack_bytes: int = 1024 * 1024
 
     def seconds_left(self) -> float:
-        return max(0.0, min(self.max_seconds, self.deadline - time.monotonic()))
+        """Stops a little before the shell's deadline, so the engine reports its own limit."""
+        left = self.deadline - time.monotonic() - DEADLINE_MARGIN
+        return max(0.0, min(self.max_seconds, left))
 
 
 class OutputLimit(Exception):
@@ -67,7 +70,9 @@ _PRELUDE = r"""
 (() => {
 const g = globalThis;
 const fmt = (v, depth = 0) => {
-  if (typeof v === 'string') return depth ? `'${v.replace(/\\/g, '\\\\').replace(/'/g, "\\'")}'` : v;
+  if (typeof v === 'string') {
+    return depth ? `'${v.replace(/\\/g, '\\\\').replace(/'/g, "\\'")}'` : v;
+  }
   if (v instanceof Error) return v.stack ? `${v.name}: ${v.message}\n${v.stack}`.trimEnd()
                                         : `${v.name}: ${v.message}`;
   if (typeof v === 'function') return `[Function: ${v.name || '(anonymous)'}]`;
