@@ -17,7 +17,12 @@ async def test_result_labels_streams_and_structured(agent: Agent) -> None:
     r = await sh(agent, "echo out; echo err >&2")
     assert not r.is_error
     assert r.content == "exit_code: 0\nstdout:\nout\nstderr:\nerr"
-    assert r.structured == {"exit_code": 0, "stdout_chars": 4, "stderr_chars": 4, "timed_out": False}
+    assert r.structured == {
+        "exit_code": 0,
+        "stdout_chars": 4,
+        "stderr_chars": 4,
+        "timed_out": False,
+    }
 
 
 async def test_non_zero_exit_is_a_normal_result_with_the_code(agent: Agent) -> None:
@@ -37,11 +42,18 @@ async def test_jq_python_and_node_read_workspace_files_and_stdin(agent: Agent) -
     assert stdout_of(r) == "2"
     r = await sh(agent, "python3 -c \"print(open('/output/main.md').read().splitlines()[0])\"")
     assert stdout_of(r) == "# Chapter one"
-    r = await sh(agent, "jq -n '[1,2,3]|add' > /scratch/n.json && python3 /scratch/../scratch/n.json")
+    r = await sh(
+        agent, "jq -n '[1,2,3]|add' > /scratch/n.json && python3 /scratch/../scratch/n.json"
+    )
     assert stdout_of(r) == "6"
-    r = await sh(agent, "node -e \"const m=new Map([[2,'b'],[1,'a']]); console.log([...m].sort())\"")
+    r = await sh(
+        agent, "node -e \"const m=new Map([[2,'b'],[1,'a']]); console.log([...m].sort())\""
+    )
     assert stdout_of(r) == "[ [ 1, 'a' ], [ 2, 'b' ] ]"
-    r = await sh(agent, "printf 'x\\ny\\n' | node -e \"console.log(require('fs').readFileSync(0,'utf8').split('\\n').length)\"")
+    r = await sh(
+        agent,
+        "printf 'x\\ny\\n' | node -e \"console.log(require('fs').readFileSync(0,'utf8').split('\\n').length)\"",
+    )
     assert stdout_of(r) == "3"
     r = await sh(agent, "js -p '[3,20,100].sort((a,b)=>a-b).join()'")
     assert stdout_of(r) == "3,20,100"
@@ -132,6 +144,7 @@ async def test_skills_run_but_stay_unchanged(agent: Agent, sandbox_home: object)
     assert stdout_of(await sh(agent, "python3 /skills/dice/tool.py")) == "6"
     assert stdout_of(await sh(agent, "node /skills/dice/tool.js")) == "1,2 true"
     assert stdout_of(await sh(agent, "cd /skills/dice && bash run.sh x")) == "skill says x"
+    assert stdout_of(await sh(agent, "ls /skills")) == "dice"
     hidden = await sh(agent, "cat /skills/hidden/SKILL.md")
     assert hidden.is_error and "not for this agent" not in hidden.content
     for cmd in (
@@ -183,7 +196,9 @@ async def test_huge_output_spills_to_tool_results(agent: Agent) -> None:
     assert r.structured["exit_code"] == 0 and r.structured["stdout_chars"] == 588_895
     assert r.structured["externalized"] is True
     saved = (agent.workspace.root / path).read_text()
-    assert saved.startswith("exit_code: 0\nstdout:\n1\n2\n") and "\n100000\nstderr: (empty)" in saved
+    assert (
+        saved.startswith("exit_code: 0\nstdout:\n1\n2\n") and "\n100000\nstderr: (empty)" in saved
+    )
     assert "Full text: " + path in r.content and len(r.content) < 10_000
     assert "workspace_read_file" in r.content
     paged = await sh(agent, f"sed -n '100002p' /{path}")  # the spill file is readable in the shell

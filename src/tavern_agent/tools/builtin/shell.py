@@ -121,13 +121,24 @@ def new_sandbox(ws: Workspace, limits: ShellLimits, cwd: str, deadline: float) -
         max_memory=limits.max_memory_bytes,
         custom_builtins={"node": node, "js": node},
     )
-    for mount in plan_mounts(ws):
+    mounts = plan_mounts(ws)
+    if any(m.vfs_path.startswith("/skills/") for m in mounts):  # a filtered skills library
+        bash.mount("/skills", _empty_fs(), read_only=True)
+    for mount in mounts:
         bash.mount(
             mount.vfs_path,
             FileSystem.real(str(mount.host_path), writable=mount.writable),
             read_only=not mount.writable,
         )
     return bash
+
+
+def _empty_fs() -> FileSystem:
+    """An empty in-memory folder (a new ``FileSystem`` starts with dev/, home/ and tmp/)."""
+    fs = FileSystem()
+    for entry in fs.read_dir("/"):
+        fs.remove("/" + str(entry["name"]), recursive=True)
+    return fs
 
 
 @dataclass
