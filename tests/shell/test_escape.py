@@ -67,7 +67,7 @@ async def test_dotdot_traversal(watched: Agent) -> None:
         "cd /output && cat ../../secret/key.txt ../../../secret/key.txt",
         "cd /output/../.. && ls && cat secret/key.txt",
         "python3 -c \"print(open('/output/../../secret/key.txt').read())\"",
-        "node -e \"console.log(require('fs').readFileSync('/output/../../secret/key.txt','utf8'))\"",
+        "node -e \"console.log(require('fs').readFileSync('/output/../../secret/key.txt'))\"",
         "echo pwned > /output/../../secret/key.txt",
     ):
         r = await sh(watched, cmd)

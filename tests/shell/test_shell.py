@@ -52,7 +52,8 @@ async def test_jq_python_and_node_read_workspace_files_and_stdin(agent: Agent) -
     assert stdout_of(r) == "[ [ 1, 'a' ], [ 2, 'b' ] ]"
     r = await sh(
         agent,
-        "printf 'x\\ny\\n' | node -e \"console.log(require('fs').readFileSync(0,'utf8').split('\\n').length)\"",
+        "printf 'x\\ny\\n' | node -e "
+        "\"console.log(require('fs').readFileSync(0,'utf8').split('\\n').length)\"",
     )
     assert stdout_of(r) == "3"
     r = await sh(agent, "js -p '[3,20,100].sort((a,b)=>a-b).join()'")
