@@ -39,6 +39,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/search.py
 	$(BIN)/python benchmarks/mcp_overhead.py
+	$(BIN)/python benchmarks/shell.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -158,11 +158,11 @@ class Streams:
 @builtin_tool(
     "workspace.shell",
     description=(
-        "Run a bash script in a sandbox. Workspace folders are at /<folder> (/output/main.md); "
-        "/skills and /tool-results are read-only. Each call starts fresh; only files persist. "
-        "Has coreutils, grep, rg, sed, awk, jq, find, diff, patch; no network or host "
-        "programs; 30 s limit. python3 is a subset: no re, collections, itertools, "
-        "inheritance or sys.stdin. node/js is QuickJS (ES2023, require fs/path; no npm)."
+        "Run bash in a sandbox. Workspace folders are at /<folder>, e.g. /output/main.md; "
+        "/skills and /tool-results are read-only. Each call starts fresh; files persist. "
+        "Has coreutils, rg, sed, awk, jq; no network or host programs; 30 s limit. "
+        "python3 is a subset: no re, collections, itertools, inheritance, sys.stdin. "
+        "node/js: QuickJS, require fs/path, no npm."
     ),
     parameters={
         "type": "object",
