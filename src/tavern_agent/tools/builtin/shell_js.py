@@ -246,8 +246,10 @@ const settle = () => {
   __host_sleep(0).then(() => { if (!timers.size && idle) { const f = idle; idle = null; f(); } });
 };
 const failed = (e) => {
-  __host_write(2, 'Uncaught ' + fmt(e) + '\n');
-  g.process.exitCode = 1;
+  if (!(e instanceof ExitSignal)) {
+    __host_write(2, 'Uncaught ' + fmt(e) + '\n');
+    g.process.exitCode = 1;
+  }
   timers.clear();
   settle();
 };
