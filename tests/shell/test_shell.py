@@ -264,3 +264,33 @@ async def test_ten_parallel_calls_leave_the_event_loop_free(agent: Agent) -> Non
         assert (agent.workspace.root / f"scratch/p{i}.txt").read_text() == f"{i}\n"
     assert len(lags) > 5
     assert max(lags) < 0.5, f"event loop stalled for {max(lags):.3f} s"
+
+
+def test_shell_limits_come_from_the_profile_and_survive_the_snapshot() -> None:
+    from tavern_agent.core.descriptors import Scene as S
+    from tavern_agent.core.naming import ModelProtocol
+    from tavern_agent.core.profile import Profile
+    from tavern_agent.tools.builtin import builtin_registry
+    from tavern_agent.tools.catalog import ToolCatalog
+    from tavern_agent.tools.snapshot import ToolSnapshot, build_snapshot
+
+    default = Profile.builtin("default-writer").limits.shell
+    assert default.timeout_seconds == 30 and default.max_loop_iterations > 10_000
+    assert default.max_commands > 10_000 and default.max_memory_bytes >= 32 * 2**20
+    profile = Profile.from_json(
+        {
+            "id": "p",
+            "name": "p",
+            "tools": {"allow": ["builtin:workspace.shell"]},
+            "limits": {"shell": {"timeoutSeconds": 5, "jsMemoryBytes": 8 * 2**20}},
+        }
+    )
+    snap = build_snapshot(
+        ToolCatalog(builtin_registry()), profile, S.CHAT, ModelProtocol.OPENAI_CHAT, "inv"
+    )
+    again = ToolSnapshot.from_json(snap.to_json())
+    assert again.shell_limits.timeout_seconds == 5
+    assert again.shell_limits.js_memory_bytes == 8 * 2**20
+    old = snap.to_json()
+    del old["shellLimits"]  # snapshots written before the shell existed
+    assert ToolSnapshot.from_json(old).shell_limits == default
