@@ -102,7 +102,8 @@ def test_tools_list_text_and_profile(tmp_path: Path) -> None:
     assert "formula: string (required)" in proc.stdout
     writer = run("tools", "list", "--profile", "default-writer", data_dir=tmp_path)
     assert writer.returncode == 0
-    assert "note: builtin:workspace.shell skipped" in writer.stderr
+    assert "note: builtin:workspace.finish skipped" in writer.stderr
+    assert "workspace_shell" in writer.stdout
 
 
 def test_profile_new_and_validate(tmp_path: Path) -> None:

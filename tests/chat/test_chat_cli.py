@@ -60,3 +60,16 @@ def test_cli_chat_search_world_and_commit(tmp_path: Path) -> None:
     assert parse_chat(chat.read_bytes()).messages[2].mes == "A reply from the command line."
     proc = run("call", "chat_search", '{"query":"x"}', "--world", str(ELDORIA), data_dir=data)
     assert proc.returncode == 2 and "--chat" in proc.stderr
+
+
+def test_shell_sees_the_chat_mount_read_only(tmp_path: Path) -> None:
+    chat = write_chat(tmp_path / "my.jsonl", ["Into the forest we go.", "The glade awaits."])
+    data = tmp_path / "data"
+    command = {"command": "cat /chat/floors/000001/message.md; echo x > /chat/floors/x"}
+    proc = run(
+        "call", "workspace_shell", json.dumps(command), "--chat", str(chat), "--json", data_dir=data
+    )
+    result = json.loads(proc.stdout)
+    assert "The glade awaits." in result["content"]
+    assert result["structured"]["exit_code"] != 0  # the write is refused: read-only
+    assert not list(data.glob("chats/**/floors/x"))

@@ -54,6 +54,11 @@ class ErrorCode(StrEnum):
     WORLDINFO_ACTIVATION_UNAVAILABLE = "worldinfo.activation_unavailable"
     WORLDINFO_ENTRY_NOT_FOUND = "worldinfo.entry_not_found"
     WORLDINFO_INVALID_ENTRY_RANGE = "worldinfo.invalid_entry_range"
+    WORKSPACE_SHELL_EXIT = "workspace.shell_exit"
+    WORKSPACE_SHELL_TIMEOUT = "workspace.shell_timeout"
+    WORKSPACE_SHELL_LIMIT = "workspace.shell_limit"
+    WORKSPACE_SHELL_CANCELLED = "workspace.shell_cancelled"
+    WORKSPACE_SHELL_FAILED = "workspace.shell_failed"
     # mcp and extension sources
     MCP_PERMISSION_DENIED = "mcp.permission_denied"
     MCP_TOOL_ERROR = "mcp.tool_error"
@@ -147,6 +152,15 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
     ),
     ErrorCode.WORLDINFO_ENTRY_NOT_FOUND: ErrorInfo(True, "No activated entry has that ref."),
     ErrorCode.WORLDINFO_INVALID_ENTRY_RANGE: ErrorInfo(True, "offset is past the entry's end."),
+    ErrorCode.WORKSPACE_SHELL_EXIT: ErrorInfo(True, "The shell command exited non-zero."),
+    ErrorCode.WORKSPACE_SHELL_TIMEOUT: ErrorInfo(True, "The shell command ran past its wall time."),
+    ErrorCode.WORKSPACE_SHELL_LIMIT: ErrorInfo(
+        True, "The shell command hit a sandbox limit (commands, loop iterations or memory)."
+    ),
+    ErrorCode.WORKSPACE_SHELL_CANCELLED: ErrorInfo(
+        True, "The run was cancelled while the shell command ran; files it wrote stay written."
+    ),
+    ErrorCode.WORKSPACE_SHELL_FAILED: ErrorInfo(True, "The shell sandbox could not start."),
     ErrorCode.MCP_PERMISSION_DENIED: ErrorInfo(
         True, "The MCP tool is paused, removed or off; the call was not sent."
     ),

@@ -71,11 +71,23 @@ class ToolSelection(_Model):
         return tuple(result)
 
 
+class ShellLimits(_Model):
+    """Limits of one ``workspace.shell`` call (Bashkit and its JavaScript engine)."""
+
+    timeout_seconds: float = Field(30.0, gt=0, le=600)
+    max_commands: int = Field(100_000, ge=100, le=100_000)  # Bashkit caps a session at 100k
+    max_loop_iterations: int = Field(1_000_000, ge=100, le=100_000_000)
+    max_memory_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024, le=1024 * 1024 * 1024)
+    js_timeout_seconds: float = Field(30.0, gt=0, le=600)
+    js_memory_bytes: int = Field(64 * 1024 * 1024, ge=4 * 1024 * 1024, le=1024 * 1024 * 1024)
+
+
 class Limits(_Model):
     max_rounds: int = Field(DEFAULT_MAX_ROUNDS, ge=1, le=10_000)
     max_calls_per_invocation: int = Field(DEFAULT_MAX_CALLS, ge=1, le=100_000)
     max_calls_per_tool: dict[str, int] = Field(default_factory=dict)
     external_result_inline_char_limit: int = Field(DEFAULT_INLINE_CHAR_LIMIT, ge=1_000)
+    shell: ShellLimits = ShellLimits()
 
     @field_validator("max_calls_per_tool")
     @classmethod

@@ -71,8 +71,12 @@ class LongResultStep:
     files: ResultFiles | None
     _spilled: dict[str, str] = field(default_factory=dict)  # sha256 of text → path
 
-    def apply(self, outcome: ToolOutcome, ctx: CallContext, raw: Any = None) -> ToolOutcome:
-        limit = ctx.snapshot.inline_char_limit
+    def apply(
+        self, outcome: ToolOutcome, ctx: CallContext, raw: Any = None, *, limit: int | None = None
+    ) -> ToolOutcome:
+        """Spill ``outcome`` above the snapshot's inline limit (or a lower ``limit``)."""
+        if limit is None or limit > ctx.snapshot.inline_char_limit:
+            limit = ctx.snapshot.inline_char_limit
         text = outcome.content
         if len(text) <= limit or self.files is None:
             return outcome

@@ -17,7 +17,7 @@ from typing import Any
 from tavern_agent.core.descriptors import Scene, ToolDescriptor
 from tavern_agent.core.ids import ToolId
 from tavern_agent.core.naming import ModelProtocol, assign_model_names
-from tavern_agent.core.profile import Profile
+from tavern_agent.core.profile import Profile, ShellLimits
 from tavern_agent.core.schema_adapt import adapt_parameters
 from tavern_agent.fsutil import write_once
 from tavern_agent.tools.catalog import ToolCatalog
@@ -66,6 +66,7 @@ class ToolSnapshot:
     inline_char_limit: int
     diagnostics: tuple[str, ...] = ()
     schema_version: int = SNAPSHOT_SCHEMA_VERSION
+    shell_limits: ShellLimits = field(default_factory=ShellLimits)
     _by_name: dict[str, ToolBinding] = field(init=False, repr=False, compare=False)
     _by_tool: dict[ToolId, ToolBinding] = field(init=False, repr=False, compare=False)
 
@@ -105,6 +106,7 @@ class ToolSnapshot:
             "maxCallsPerInvocation": self.max_calls_per_invocation,
             "inlineCharLimit": self.inline_char_limit,
             "diagnostics": list(self.diagnostics),
+            "shellLimits": self.shell_limits.model_dump(mode="json", by_alias=True),
             "bindings": [_binding_json(b) for b in self.bindings],
         }
 
@@ -123,6 +125,7 @@ class ToolSnapshot:
                 max_calls_per_invocation=int(data["maxCallsPerInvocation"]),
                 inline_char_limit=int(data["inlineCharLimit"]),
                 diagnostics=tuple(data.get("diagnostics", ())),
+                shell_limits=ShellLimits.model_validate(data.get("shellLimits", {})),
             )
         except SnapshotError:
             raise
@@ -211,4 +214,5 @@ def build_snapshot(
         max_calls_per_invocation=profile.limits.max_calls_per_invocation,
         inline_char_limit=profile.limits.external_result_inline_char_limit,
         diagnostics=prepared.diagnostics,
+        shell_limits=profile.limits.shell,
     )

@@ -1,0 +1,177 @@
+"""workspace.shell (Bashkit) against host bash and host jq, same run.
+
+1. Per-call latency of ``echo hi | wc -c``:
+   * a fresh sandbox as the tool builds it (new ``BashTool``, every root of a
+     chat workspace mounted, ``node``/``js`` registered) and one ``execute``;
+   * the whole tool call through the gate (argument checks, result text);
+   * ``subprocess.run(["bash", "-c", …])`` on the host.
+2. A jq filter over a generated 10 MB JSON file in the workspace: Bashkit's
+   built-in jq in a fresh sandbox against the host ``jq`` binary.
+
+Goals (issue 4): the sandbox call at least 3× faster than spawning bash; jq
+within 3× of host jq. Run: .venv/bin/python benchmarks/shell.py [--calls N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from tavern_agent.core.calls import ToolCall
+from tavern_agent.core.descriptors import Scene
+from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.core.profile import Limits, Profile, ShellLimits
+from tavern_agent.tools.builtin import builtin_registry
+from tavern_agent.tools.builtin.shell import new_sandbox
+from tavern_agent.tools.catalog import ToolCatalog
+from tavern_agent.tools.dispatch import Dispatcher
+from tavern_agent.tools.gate import ToolRequestGate
+from tavern_agent.tools.results import DirectoryResultFiles
+from tavern_agent.tools.snapshot import build_snapshot
+from tavern_agent.workspace.roots import RootPolicy
+from tavern_agent.workspace.store import Workspace
+
+ECHO = "echo hi | wc -c"
+JQ_FILTER = "[.[] | select(.level > 50) | .name] | length"
+
+
+def make_json(path: Path, target_bytes: int, seed: int = 1) -> int:
+    rng = random.Random(seed)
+    rows = []
+    size = 2
+    i = 0
+    while size < target_bytes:
+        row = {
+            "id": i,
+            "name": f"npc-{i}-{rng.choice(['bard', 'smith', 'guard', 'thief'])}",
+            "level": rng.randint(1, 99),
+            "tags": [rng.choice(["elf", "dwarf", "human", "orc"]) for _ in range(3)],
+            "note": "x" * rng.randint(10, 60),
+        }
+        text = json.dumps(row)
+        rows.append(text)
+        size += len(text) + 1
+        i += 1
+    path.write_text("[" + ",".join(rows) + "]")
+    return path.stat().st_size
+
+
+async def time_async(fn: Callable[[], Awaitable[object]], n: int) -> list[float]:
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await fn()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def time_sync(fn: Callable[[], object], n: int) -> list[float]:
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def ms(xs: list[float]) -> str:
+    return f"{statistics.median(xs) * 1000:8.3f} ms"
+
+
+async def bench_jq(
+    ws: Workspace, sandbox: Callable[[str], Awaitable[str]], mb: float, runs: int
+) -> None:
+    big = ws.root / "scratch" / f"big-{mb}.json"
+    big.parent.mkdir(parents=True, exist_ok=True)
+    size = make_json(big, int(mb * 1024 * 1024))
+    jq = shutil.which("jq")
+    command = f"jq '{JQ_FILTER}' /scratch/{big.name}"
+    inside = (await sandbox(command)).strip()
+    print(f"\njq '{JQ_FILTER}' over {size / 2**20:.1f} MB, median of {runs}")
+    jq_in = await time_async(lambda: sandbox(command), runs)
+    print(f"  Bashkit jq (fresh sandbox)             {ms(jq_in)}  -> {inside}")
+    if jq is None:
+        print("  host jq: not installed, comparison skipped")
+        return
+    outside = subprocess.run(
+        [jq, JQ_FILTER, str(big)], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    jq_out = time_sync(
+        lambda: subprocess.run([jq, JQ_FILTER, str(big)], check=True, capture_output=True), runs
+    )
+    version = subprocess.run([jq, "--version"], capture_output=True, text=True).stdout.strip()
+    print(f"  host {version:<34}{ms(jq_out)}  -> {outside}")
+    if inside != outside:
+        print("  Bashkit's jq gave no answer here; no ratio")
+        return
+    jq_ratio = statistics.median(jq_in) / statistics.median(jq_out)
+    print(f"  Bashkit / host: {jq_ratio:.2f}× (goal ≤ 3×), same answer")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--jq-runs", type=int, default=5)
+    parser.add_argument("--mb", type=float, nargs="+", default=[10.0, 9.0, 5.0])
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="shell-bench-"))
+    try:
+        ws = Workspace(tmp / "ws", RootPolicy.for_scene(Scene.CHAT))
+        limits = ShellLimits()
+        catalog = ToolCatalog(builtin_registry())
+        profile = Profile.allowing([d.tool_id for d in catalog.descriptors(Scene.CHAT)])
+        profile = profile.model_copy(update={"limits": Limits(max_calls_per_invocation=100_000)})
+        snap = build_snapshot(catalog, profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv_b")
+        gate = ToolRequestGate(
+            snap, Dispatcher(catalog), result_files=DirectoryResultFiles(ws.root), workspace=ws
+        )
+        counter = iter(range(10**9))
+
+        async def sandbox(command: str) -> str:
+            bash = new_sandbox(ws, limits, "/", time.monotonic() + limits.timeout_seconds)
+            result = await bash.execute(command)
+            if result.exit_code != 0:
+                return f"exit {result.exit_code}: {result.stderr.strip()}"
+            return result.stdout
+
+        async def tool_call() -> None:
+            call = ToolCall(f"call_{next(counter)}", "workspace_shell", {"command": ECHO})
+            executed = await gate.handle(call, round=1)
+            assert not executed.result.is_error, executed.result.content
+
+        def host_bash() -> None:
+            subprocess.run(["bash", "-c", ECHO], check=True, capture_output=True)
+
+        assert (await sandbox(ECHO)).strip() == "3"
+        for _ in range(20):  # warm-up
+            await sandbox(ECHO)
+            host_bash()
+        n = args.calls
+        fresh = await time_async(lambda: sandbox(ECHO), n)
+        full = await time_async(tool_call, n)
+        host = time_sync(host_bash, n)
+        print(f"`{ECHO}`, median of {n} calls each")
+        print(f"  fresh Bashkit sandbox (mounts + node)  {ms(fresh)}")
+        print(f"  whole workspace_shell call (gate)      {ms(full)}")
+        print(f"  subprocess.run(['bash','-c',…])        {ms(host)}")
+        ratio = statistics.median(host) / statistics.median(fresh)
+        ratio_full = statistics.median(host) / statistics.median(full)
+        print(f"  host bash / sandbox: {ratio:.1f}× (goal ≥ 3×); / whole call: {ratio_full:.1f}×")
+
+        for mb in args.mb:
+            await bench_jq(ws, sandbox, mb, args.jq_runs)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
