@@ -129,7 +129,7 @@ def test_override_for_unknown_parameter_is_an_error(catalog: ToolCatalog) -> Non
 def test_missing_tools_are_skipped_with_a_diagnostic(catalog: ToolCatalog) -> None:
     writer = Profile.builtin("default-writer")
     snap = build_snapshot(catalog, writer, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv")
-    assert "builtin:workspace.finish skipped: not registered or not enabled" in snap.diagnostics
+    assert "builtin:workspace.shell skipped: not registered or not enabled" in snap.diagnostics
 
 
 def test_scene_filters_tools(catalog: ToolCatalog, extensions: InMemoryToolSource) -> None:

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from tavern_agent.tools.builtin import chat, commit, dice, patch, search, workspace_files, worldinfo
+from tavern_agent.tools.builtin import (
+    chat,
+    commit,
+    dice,
+    finish,
+    patch,
+    search,
+    workspace_files,
+    worldinfo,
+)
 from tavern_agent.tools.builtin.registry import BuiltinRegistry, BuiltinTool
 
 BUILTIN_TOOLS: tuple[BuiltinTool, ...] = (
@@ -15,6 +24,7 @@ BUILTIN_TOOLS: tuple[BuiltinTool, ...] = (
     patch.APPLY_PATCH,
     search.SEARCH_FILES,
     commit.COMMIT,
+    finish.FINISH,
     dice.ROLL,
 )
 
