@@ -180,7 +180,7 @@ def test_truncated_response_runs_nothing(tmp_path: Path) -> None:
         ]
     )
     assert results(run)[0]["errorCode"] == "model.tool_call_truncated"
-    assert not (run.workspace.root / "output" / "main.md").read_text() == "half"
+    assert (run.workspace.root / "output" / "main.md").read_text() == "Whole."
     assert result.status == "completed"
 
 
