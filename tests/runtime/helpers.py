@@ -53,6 +53,7 @@ class Harness:
     """A data root, a chat file and a catalog; starts and resumes runs."""
 
     def __init__(self, tmp: Path, texts: Sequence[str] = TEXTS) -> None:
+        tmp.mkdir(parents=True, exist_ok=True)
         self.data = DataRoot(tmp / "data")
         self.chat_path = write_chat(tmp / "chat.jsonl", texts)
         self.catalog = ToolCatalog(builtin_registry())

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tavern_agent.providers.transcript import Transcript
+from tavern_agent.providers.transcript import AssistantMessage, Transcript
 from tavern_agent.tools.gate import ToolRequestGate
 from tavern_agent.tools.snapshot import ToolSnapshot
 
@@ -50,11 +50,18 @@ class Invocation:
             "revisionOf": self.revision_of,
         }
 
-    def pending_calls(self) -> list[str]:
-        """Call ids of the last assistant turn that have no result yet."""
-        from tavern_agent.providers.transcript import AssistantMessage
-
+    def last_turn(self) -> AssistantMessage | None:
+        """The newest assistant message."""
         for item in reversed(self.transcript.items):
             if isinstance(item, AssistantMessage):
-                return [c.call_id for c in item.calls if c.call_id not in self.resulted]
-        return []
+                return item
+        return None
+
+    def pending_calls(self) -> list[str]:
+        """Call ids of the last assistant turn that have no result yet."""
+        turn = self.last_turn()
+        return (
+            []
+            if turn is None
+            else [c.call_id for c in turn.calls if c.call_id not in self.resulted]
+        )

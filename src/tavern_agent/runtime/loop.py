@@ -225,12 +225,13 @@ class Engine:
     async def _drive(self, inv: Invocation) -> RunResult:
         max_rounds = self.run.profile.limits.max_rounds
         while True:
+            turn = inv.last_turn()
+            if turn is not None and inv.pending_calls():
+                await self._run_calls(inv, turn)  # a turn left unfinished by an interruption
+            if self.finished:
+                return self._complete()
             last = inv.transcript.items[-1] if inv.transcript.items else None
             if isinstance(last, AssistantMessage):
-                if inv.pending_calls():
-                    await self._run_calls(inv, last)
-                if self.finished:
-                    return self._complete()
                 if not last.calls:
                     if self.run.scene is Scene.SESSION:
                         return self._complete(final_text=last.text)
@@ -433,8 +434,8 @@ class Engine:
         self._checkpoint()
 
     def _pair_pending(self, inv: Invocation, *, cancelled: bool) -> None:
-        last = inv.transcript.items[-1] if inv.transcript.items else None
-        if not isinstance(last, AssistantMessage):
+        last = inv.last_turn()
+        if last is None:
             return
         for rc in last.calls:
             if rc.call_id in inv.resulted:
