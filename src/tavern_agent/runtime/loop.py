@@ -231,11 +231,10 @@ class Engine:
             if self.finished:
                 return self._complete()
             last = inv.transcript.items[-1] if inv.transcript.items else None
-            if isinstance(last, AssistantMessage):
-                if not last.calls:
-                    if self.run.scene is Scene.SESSION:
-                        return self._complete(final_text=last.text)
-                    self._remind(inv, last)
+            if isinstance(last, AssistantMessage) and not last.calls:
+                if self.run.scene is Scene.SESSION:
+                    return self._complete(final_text=last.text)
+                self._remind(inv, last)
             if inv.round >= max_rounds:
                 text = (
                     f"The {max_rounds} rounds of this run are used up and no finishing "
