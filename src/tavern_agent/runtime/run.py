@@ -291,7 +291,12 @@ class Run:
 
 
 def find_run(data: DataRoot, run_id: str) -> Path:
-    """The folder of a run by id (or a path to a run folder)."""
+    """The folder of a run by id, ``last`` for the newest, or a path to a run folder."""
+    if run_id == "last":
+        found = all_runs(data)
+        if not found:
+            raise RunNotFound(f"no runs under {data.path}")
+        return found[-1]
     given = Path(run_id)
     if (given / RUN_FILE).is_file():
         return given
