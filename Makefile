@@ -47,6 +47,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/mcp_overhead.py
 	$(BIN)/python benchmarks/extension_roundtrip.py
 	$(BIN)/python benchmarks/chat.py
+	$(BIN)/python benchmarks/run_overhead.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -20,16 +20,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import secrets
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tavern_agent.chat.repository import find_run_message
 from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
-from tavern_agent.core.results import AgentToolResult, CommitRequested, Finish
-from tavern_agent.fsutil import AlreadyWritten, write_once
+from tavern_agent.core.results import (
+    AgentToolResult,
+    CommitRequested,
+    FilePatched,
+    FileWritten,
+    Finish,
+)
+from tavern_agent.fsutil import AlreadyWritten
 from tavern_agent.providers.gateway import (
     ModelError,
     ModelGateway,
@@ -105,6 +114,25 @@ class RunResult:
             p.get("floor"),
             p.get("finalText"),
         )
+
+
+def write_audit(path: Path, data: bytes) -> None:
+    """Create an audit file once, atomically (temp file + link), without an fsync.
+
+    The journal, which is fsync'd, carries what resume needs inline (each
+    assistant message and each result), so an audit file lost to a power
+    failure loses no run state; a killed process loses nothing at all.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise AlreadyWritten(f"{path} exists already") from None
+    finally:
+        os.unlink(tmp)
 
 
 def _first_line(text: str, limit: int = 200) -> str:
@@ -266,7 +294,7 @@ class Engine:
                 "elapsedMs": round((time.monotonic() - started) * 1000, 1)
             }
             with contextlib.suppress(AlreadyWritten):
-                write_once(path, json.dumps(record, ensure_ascii=False).encode("utf-8"))
+                write_audit(path, json.dumps(record, ensure_ascii=False).encode("utf-8"))
         message = reply.response.message
         self.rounds = number
         inv.round += 1
@@ -283,7 +311,6 @@ class Engine:
             },
         )
         inv.transcript = inv.transcript.append(message)
-        self._checkpoint()
 
     async def _run_calls(self, inv: Invocation, message: AssistantMessage) -> None:
         number = self.rounds
@@ -307,6 +334,7 @@ class Engine:
                 self._store(inv, rc, result, number, 0.0)
                 continue
             await self._run_call(inv, rc, number, is_last=index == last_index)
+        self._checkpoint()  # the end of a turn
 
     async def _run_call(
         self, inv: Invocation, rc: RecordedCall, number: int, *, is_last: bool
@@ -317,7 +345,9 @@ class Engine:
         args_ref = f"tool-args/{inv.id}/round-{number:03d}-call_{call_hex(rc.call_id)}.json"
         record = {"callId": rc.call_id, "name": rc.name, **_raw_json(rc.call.raw_arguments)}
         with contextlib.suppress(AlreadyWritten):  # written before an interruption
-            write_once(self.run.run_dir / args_ref, json.dumps(record, ensure_ascii=False).encode())
+            write_audit(
+                self.run.run_dir / args_ref, json.dumps(record, ensure_ascii=False).encode()
+            )
         self.journal.append(
             "tool_call_requested",
             {
@@ -352,6 +382,10 @@ class Engine:
                         "finish_accepted",
                         {"callId": rc.call_id, "invocationId": inv.id, "reason": effect.reason},
                     )
+            self._store(inv, rc, result, number, time.monotonic() - started)
+            if isinstance(effect, FileWritten | FilePatched | CommitRequested):
+                self._checkpoint()  # state-changing effects are followed by a checkpoint
+            return
         self._store(inv, rc, result, number, time.monotonic() - started)
 
     async def _commit(self, rc: RecordedCall, effect: CommitRequested) -> None:
@@ -389,7 +423,7 @@ class Engine:
         ref = f"tool-results/{inv.id}/round-{number:03d}-call_{call_hex(rc.call_id)}.json"
         data = json.dumps(result.to_json(), ensure_ascii=False).encode("utf-8", "surrogatepass")
         with contextlib.suppress(AlreadyWritten):  # the spilled-result audit, or a resumed store
-            write_once(self.run.workspace.root / ref, data)
+            write_audit(self.run.workspace.root / ref, data)
         self.journal.append(
             "tool_result_stored",
             {
@@ -416,7 +450,6 @@ class Engine:
             self.journal.append("tool_call_completed", outcome)
         inv.resulted.add(rc.call_id)
         inv.transcript = inv.transcript.append(ToolResultMessage(result))
-        self._checkpoint()
 
     def _remind(self, inv: Invocation, message: AssistantMessage) -> None:
         saved = None
@@ -522,7 +555,7 @@ class Engine:
                 for inv in self.run.invocations
             },
         }
-        save_checkpoint(self.run.run_dir, state)
+        save_checkpoint(self.run.run_dir, state, durable=self.journal.fsync)
 
     def _rebuild(self) -> RunResult | None:
         """Live state from the journal and checkpoint; a finished run's result, if it ended."""
