@@ -19,8 +19,12 @@ CallSpec = tuple[str, dict[str, Any]]
 
 
 class OpenAIServer:
-    def __init__(self, turns: Sequence[Sequence[CallSpec]], *, fail_first: int = 0) -> None:
+    def __init__(
+        self, turns: Sequence[Sequence[CallSpec]], *, fail_first: int = 0, hang: bool = False
+    ) -> None:
         self.turns = list(turns)
+        self.hang = hang
+        self.release = threading.Event()
         self.fail_left = fail_first
         self.bodies: list[dict[str, Any]] = []
         self.auth: list[str | None] = []
@@ -47,6 +51,9 @@ class OpenAIServer:
                     self.send_header("retry-after", "0")
                     self.end_headers()
                     return
+                if server.hang:  # a model that never answers
+                    server.release.wait(30)
+                    return
                 turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
@@ -71,6 +78,7 @@ class OpenAIServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+from tests.runtime.openai_server import OpenAIServer
 from tests.test_cli import run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -82,3 +87,30 @@ def test_run_needs_a_model_or_a_replay(tmp_path: Path) -> None:
     shutil.copyfile(EXAMPLES / "chat.jsonl", chat)
     proc = run("run", str(chat), data_dir=tmp_path / "data")
     assert proc.returncode == 2 and "--model" in proc.stderr
+
+
+def test_ctrl_c_cancels_and_the_journal_records_it(tmp_path: Path) -> None:
+    chat = tmp_path / "chat.jsonl"
+    shutil.copyfile(EXAMPLES / "chat.jsonl", chat)
+    data = tmp_path / "data"
+    with OpenAIServer([], hang=True) as server:
+        command = [sys.executable, "-m", "tavern_agent", "--data-dir", str(data), "run"]
+        command += [str(chat), "--model", "local", "--base-url", server.base_url]
+        proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        while not server.bodies:  # the run is waiting for the model
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "cancelled" in out and "--resume" in out
+    journal = next(data.glob("chats/*/runs/*/events.jsonl"))
+    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert events[-1]["type"] == "run_cancelled"
+    assert events[-1]["payload"]["errorCode"] == "run.cancelled"
