@@ -149,3 +149,26 @@ def test_resume_after_an_interrupted_turn_pairs_unknown_calls(tmp_path: Path) ->
     assert reconciled[-1]["payload"].get("reconciled") is True
     assert len(h.chat_messages()) == 4  # one committed message, not two
     assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
+
+
+def test_a_session_run_ends_with_its_text_answer(tmp_path: Path) -> None:
+    from tavern_agent.runtime.run import RunSpec
+    from tavern_agent.runtime.scripted import say
+
+    h = Harness(tmp_path)
+    spec = RunSpec(profile(), session="notes", task="Write a packing list to work/list.md.")
+    run = Run.start(h.data, h.catalog, spec)
+    engine = h.engine(
+        run,
+        [
+            call("workspace_write_file", {"file_path": "work/list.md", "content": "- rope\n"}),
+            say("The list is in work/list.md."),
+        ],
+    )
+    result = asyncio.run(engine.start())
+    engine.close()
+    assert result.status == "completed" and result.final_text == "The list is in work/list.md."
+    assert (run.workspace.root / "work" / "list.md").read_text() == "- rope\n"
+    assert run.run_dir == run.workspace.root / "runs" / run.id  # records beside the workspace
+    assert "workspace_finish" not in run.invocations[0].snapshot.model_names
+    assert len(h.chat_messages()) == 3  # the chat is untouched
