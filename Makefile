@@ -16,9 +16,13 @@ $(STAMP): pyproject.toml tests/peers/package-lock.json
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	touch $(STAMP)
 
+EXAMPLE := $(VENV)/example
 run: $(STAMP)
-	$(BIN)/tavern-agent tools list
-	$(BIN)/tavern-agent call dice_roll '{"formula":"3d6+4"}'
+	rm -rf $(EXAMPLE) && mkdir -p $(EXAMPLE) && cp examples/chat.jsonl $(EXAMPLE)/chat.jsonl
+	$(BIN)/tavern-agent --data-dir $(EXAMPLE)/data run $(EXAMPLE)/chat.jsonl \
+		--character examples/seraphina-card.json --world examples/eldoria-world.json \
+		--profile examples/profile.json --replay examples/recorded-run --seed 7
+	$(BIN)/tavern-agent --data-dir $(EXAMPLE)/data runs show last
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
@@ -44,6 +48,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/extension_roundtrip.py
 	$(BIN)/python benchmarks/chat.py
 	$(BIN)/python benchmarks/shell.py
+	$(BIN)/python benchmarks/run_overhead.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

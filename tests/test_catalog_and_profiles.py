@@ -127,9 +127,19 @@ def test_override_for_unknown_parameter_is_an_error(catalog: ToolCatalog) -> Non
 
 
 def test_missing_tools_are_skipped_with_a_diagnostic(catalog: ToolCatalog) -> None:
+    saved = Profile.from_json(
+        {"id": "p", "name": "p", "tools": {"allow": ["extension/gone:ghost", "builtin:dice.roll"]}}
+    )
+    snap = build_snapshot(catalog, saved, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv")
+    assert snap.model_names == ["dice_roll"]
+    assert snap.diagnostics == ("extension/gone:ghost skipped: not registered or not enabled",)
+
+
+def test_default_writer_has_every_tool_it_names(catalog: ToolCatalog) -> None:
     writer = Profile.builtin("default-writer")
     snap = build_snapshot(catalog, writer, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv")
-    assert "builtin:workspace.finish skipped: not registered or not enabled" in snap.diagnostics
+    assert snap.diagnostics == ()
+    assert len(snap.bindings) == len(writer.tools.allow)
 
 
 def test_scene_filters_tools(catalog: ToolCatalog, extensions: InMemoryToolSource) -> None:

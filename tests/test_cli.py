@@ -102,8 +102,12 @@ def test_tools_list_text_and_profile(tmp_path: Path) -> None:
     assert "formula: string (required)" in proc.stdout
     writer = run("tools", "list", "--profile", "default-writer", data_dir=tmp_path)
     assert writer.returncode == 0
-    assert "note: builtin:workspace.finish skipped" in writer.stderr
-    assert "workspace_shell" in writer.stdout
+    assert writer.stderr == ""
+    assert "workspace_shell" in writer.stdout and "workspace_finish" in writer.stdout
+    ghost = tmp_path / "ghost.json"
+    ghost.write_text(json.dumps({"id": "g", "name": "G", "tools": {"allow": ["extension/x:gone"]}}))
+    noted = run("tools", "list", "--profile", str(ghost), data_dir=tmp_path)
+    assert "note: extension/x:gone skipped" in noted.stderr
 
 
 def test_profile_new_and_validate(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from tavern_agent.fsutil import atomic_write
 from tavern_agent.mcp import has_registrations
 from tavern_agent.mcp.approval import Approver, policy_approver, terminal_approver
 from tavern_agent.mcp.cli import mcp_group
+from tavern_agent.runtime.cli import run_command, runs_group
 from tavern_agent.tools.builtin import builtin_registry
 from tavern_agent.tools.catalog import ExtensionTools, ProfileValidationError, ToolCatalog
 from tavern_agent.tools.dispatch import Dispatcher
@@ -456,6 +457,8 @@ def profile_validate(ctx: click.Context, profile_spec: str) -> None:
 
 cli.add_command(mcp_group)
 cli.add_command(serve_command)
+cli.add_command(run_command)
+cli.add_command(runs_group)
 
 
 def main(argv: list[str] | None = None) -> None:

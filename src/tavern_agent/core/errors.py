@@ -23,6 +23,12 @@ class ErrorCode(StrEnum):
     # agent: budgets and run control
     AGENT_TOOL_BUDGET_EXHAUSTED = "agent.tool_budget_exhausted"
     AGENT_TOOL_AFTER_FINISH = "agent.tool_after_finish"
+    AGENT_FOREGROUND_COMMIT_REQUIRED = "agent.foreground_commit_required"
+    # run: failures that end a Run (never a tool result the model acts on)
+    MODEL_REQUEST_FAILED = "model.request_failed"
+    RUN_CANCELLED = "run.cancelled"
+    RUN_RESUME_REFUSED = "run.resume_refused"
+    RUN_STORAGE_FAILED = "run.storage_failed"
     # workspace
     WORKSPACE_INVALID_PATH = "workspace.invalid_path"
     WORKSPACE_PATH_NOT_VISIBLE = "workspace.path_not_visible"
@@ -108,6 +114,19 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
     ),
     ErrorCode.AGENT_TOOL_AFTER_FINISH: ErrorInfo(
         True, "A finishing tool must be the last call of its turn."
+    ),
+    ErrorCode.AGENT_FOREGROUND_COMMIT_REQUIRED: ErrorInfo(
+        True, "A foreground chat run must commit its reply before it can finish."
+    ),
+    ErrorCode.MODEL_REQUEST_FAILED: ErrorInfo(
+        False, "The model could not be reached or answered with an error after retries."
+    ),
+    ErrorCode.RUN_CANCELLED: ErrorInfo(False, "The run was cancelled; pending calls are paired."),
+    ErrorCode.RUN_RESUME_REFUSED: ErrorInfo(
+        False, "The run cannot be resumed: an effect's outcome cannot be confirmed."
+    ),
+    ErrorCode.RUN_STORAGE_FAILED: ErrorInfo(
+        False, "A run record (journal, checkpoint, audit file) could not be written."
     ),
     ErrorCode.WORKSPACE_INVALID_PATH: ErrorInfo(True, "A workspace path is malformed."),
     ErrorCode.WORKSPACE_PATH_NOT_VISIBLE: ErrorInfo(True, "The path is outside the visible roots."),

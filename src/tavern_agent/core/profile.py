@@ -11,7 +11,7 @@ import json
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
@@ -120,6 +120,19 @@ class SkillSettings(_Model):
         return name not in self.deny and ("*" in self.visible or name in self.visible)
 
 
+class RunSettings(_Model):
+    """``presentation``: a foreground run must commit its reply before it may finish."""
+
+    presentation: Literal["foreground", "background"] = "foreground"
+
+
+class PromptSettings(_Model):
+    """The run prompt: ``system`` replaces the default duties text; history budget in chars."""
+
+    system: str = ""
+    history_chars: int = Field(12_000, ge=0, le=2_000_000)
+
+
 class Profile(_Model):
     """An agent profile. Load with :meth:`load`, create with :meth:`new`."""
 
@@ -132,6 +145,8 @@ class Profile(_Model):
     tool_descriptions: dict[str, DescriptionOverride] = Field(default_factory=dict)
     workspace: WorkspaceSettings = WorkspaceSettings()
     skills: SkillSettings = SkillSettings()
+    run: RunSettings = RunSettings()
+    prompt: PromptSettings = PromptSettings()
 
     @field_validator("tool_descriptions")
     @classmethod

@@ -6,6 +6,7 @@ from tavern_agent.tools.builtin import (
     chat,
     commit,
     dice,
+    finish,
     patch,
     search,
     shell,
@@ -25,6 +26,7 @@ BUILTIN_TOOLS: tuple[BuiltinTool, ...] = (
     search.SEARCH_FILES,
     commit.COMMIT,
     shell.SHELL,
+    finish.FINISH,
     dice.ROLL,
 )
 

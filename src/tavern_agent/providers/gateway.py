@@ -1,0 +1,272 @@
+"""The model gateway: one port, HTTP clients for the four protocols, and a replay.
+
+:class:`ModelGateway` answers a :class:`ModelRequest` (the invocation's
+transcript and frozen snapshot) with a :class:`ModelReply` (the decoded
+response and the raw wire data, for the audit file). The request body is the
+codec's :meth:`~tavern_agent.providers.codec.Codec.build_request`; the answer
+is decoded with the codec's stream decoder, so the runtime never sees a
+provider format.
+
+:class:`HttpGateway` streams over SSE with ``httpx``. It retries 429, 5xx and
+connection failures with exponential backoff (``Retry-After`` is honoured),
+but only until the first byte of a response body arrived: a generation that
+started is never sent twice. Cancelling the awaiting task closes the stream.
+Any OpenAI-compatible server (llama.cpp, vLLM, Ollama) works with
+``openai_chat``.
+
+:class:`ReplayGateway` answers from ``model-responses/round-NNN.json`` files
+a previous run recorded, so a run reproduces offline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+
+from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.providers.registry import codec_for
+from tavern_agent.providers.transcript import (
+    AssistantMessage,
+    DecodedResponse,
+    Transcript,
+)
+from tavern_agent.tools.snapshot import ToolSnapshot
+
+RESPONSES_DIR = "model-responses"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """One model step: ``round`` counts the run's requests from 1."""
+
+    run_id: str
+    invocation_id: str
+    round: int
+    transcript: Transcript
+    snapshot: ToolSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    """The decoded response; ``raw`` is what came over the wire (events or a body)."""
+
+    response: DecodedResponse
+    raw: Any = None
+    attempts: int = 1
+
+
+class ModelError(Exception):
+    """The model could not answer; ends the run (``model.request_failed``)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ModelGateway(Protocol):
+    """Answers model requests; ``aclose`` frees connections."""
+
+    async def respond(self, request: ModelRequest) -> ModelReply: ...
+
+    async def aclose(self) -> None: ...
+
+
+# ---------------------------------------------------------------- recordings
+
+
+def response_path(run_dir: Path, round: int) -> Path:
+    return run_dir / RESPONSES_DIR / f"round-{round:03d}.json"
+
+
+def reply_to_json(request: ModelRequest, reply: ModelReply) -> dict[str, Any]:
+    """The audit record of one response; :func:`reply_from_json` reads it back."""
+    decoded = reply.response
+    return {
+        "round": request.round,
+        "invocationId": request.invocation_id,
+        "protocol": request.snapshot.protocol.value,
+        "message": Transcript((decoded.message,)).to_json()["items"][0],
+        "rawFinish": decoded.raw_finish,
+        "usage": dict(decoded.usage),
+        "attempts": reply.attempts,
+        "raw": reply.raw,
+    }
+
+
+def reply_from_json(data: Mapping[str, Any]) -> ModelReply:
+    item = Transcript.from_json({"items": [data["message"]]}).items[0]
+    if not isinstance(item, AssistantMessage):
+        raise ValueError("a recorded response must hold an assistant message")
+    decoded = DecodedResponse(item, data.get("rawFinish"), data.get("usage") or {})
+    return ModelReply(decoded, data.get("raw"), int(data.get("attempts", 1)))
+
+
+class ReplayGateway:
+    """Answers round N with the response a previous run recorded for round N."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        if not (run_dir / RESPONSES_DIR).is_dir():
+            raise ValueError(f"{run_dir} holds no {RESPONSES_DIR}/ to replay")
+
+    async def respond(self, request: ModelRequest) -> ModelReply:
+        path = response_path(self.run_dir, request.round)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ModelError(f"the recording has no response for round {request.round}") from None
+        return reply_from_json(data)
+
+    async def aclose(self) -> None:
+        return None
+
+
+# ---------------------------------------------------------------- HTTP
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """Where and how to reach a model. The API key is read from ``api_key_env``."""
+
+    protocol: ModelProtocol
+    model: str
+    base_url: str
+    api_key_env: str | None = None
+    timeout: float = 300.0
+    connect_timeout: float = 10.0
+    max_retries: int = 3
+    backoff: float = 0.5
+    max_backoff: float = 20.0
+    max_tokens: int = 4096
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def api_key(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "protocol": self.protocol.value,
+            "model": self.model,
+            "baseUrl": self.base_url,
+            "apiKeyEnv": self.api_key_env,
+        }
+
+
+def _endpoint(config: ModelConfig) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """URL, headers and extra body fields that ask for a stream."""
+    base = config.base_url.rstrip("/")
+    key = config.api_key()
+    headers = {"content-type": "application/json", "accept": "text/event-stream"}
+    protocol = config.protocol
+    if protocol is ModelProtocol.OPENAI_CHAT:
+        extra: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
+        url = f"{base}/chat/completions"
+    elif protocol is ModelProtocol.OPENAI_RESPONSES:
+        extra, url = {"stream": True}, f"{base}/responses"
+    elif protocol is ModelProtocol.ANTHROPIC:
+        extra, url = {"stream": True}, f"{base}/messages"
+        headers["anthropic-version"] = "2023-06-01"
+        if key:
+            headers["x-api-key"] = key
+    else:
+        extra, url = {}, f"{base}/models/{config.model}:streamGenerateContent?alt=sse"
+        if key:
+            headers["x-goog-api-key"] = key
+    if key and protocol in (ModelProtocol.OPENAI_CHAT, ModelProtocol.OPENAI_RESPONSES):
+        headers["authorization"] = f"Bearer {key}"
+    headers.update(config.headers)
+    return url, headers, extra
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON ``data:`` payloads of a server-sent event stream (``[DONE]`` ends it)."""
+    data: list[str] = []
+    async for line in response.aiter_lines():
+        if line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+            continue
+        if line.strip() or not data:
+            continue  # event:, id:, comments; or a blank line with nothing pending
+        text, data = "\n".join(data), []
+        if text.strip() == "[DONE]":
+            return
+        yield json.loads(text)
+    if data and "\n".join(data).strip() != "[DONE]":
+        yield json.loads("\n".join(data))
+
+
+class HttpGateway:
+    """Streams responses from a provider or any OpenAI-compatible server."""
+
+    def __init__(self, config: ModelConfig, client: httpx.AsyncClient | None = None) -> None:
+        self.config = config
+        self.codec = codec_for(config.protocol)
+        timeout = httpx.Timeout(config.timeout, connect=config.connect_timeout)
+        self.client = client or httpx.AsyncClient(timeout=timeout)
+
+    async def respond(self, request: ModelRequest) -> ModelReply:
+        config = self.config
+        body = self.codec.build_request(
+            config.model, request.transcript, request.snapshot, max_tokens=config.max_tokens
+        )
+        url, headers, extra = _endpoint(config)
+        body.update(extra)
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after: float | None = None
+            try:
+                async with self.client.stream("POST", url, json=body, headers=headers) as response:
+                    if response.status_code == 429 or response.status_code >= 500:
+                        retry_after = _retry_after(response)
+                        await response.aread()
+                        failure = ModelError(
+                            f"{url} answered {response.status_code}", status=response.status_code
+                        )
+                    elif response.status_code >= 400:
+                        text = (await response.aread()).decode("utf-8", "replace")[:500]
+                        raise ModelError(
+                            f"{url} answered {response.status_code}: {text}",
+                            status=response.status_code,
+                        )
+                    else:
+                        return await self._read(response, attempt)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+                failure = ModelError(f"cannot reach {url}: {exc!r}")
+            if attempt > config.max_retries:
+                raise failure
+            delay = min(config.backoff * 2 ** (attempt - 1), config.max_backoff)
+            await asyncio.sleep(min(retry_after, config.max_backoff) if retry_after else delay)
+
+    async def _read(self, response: httpx.Response, attempt: int) -> ModelReply:
+        """Decode the stream; any failure from here on is final (the body started)."""
+        decoder = self.codec.stream_decoder()
+        events: list[dict[str, Any]] = []
+        try:
+            async for event in sse_events(response):
+                events.append(event)
+                decoder.feed(event)
+        except (httpx.HTTPError, ValueError) as exc:
+            broke = f"the response stream broke after {len(events)} events: {exc!r}"
+            raise ModelError(broke) from exc
+        if not events:
+            raise ModelError("the response stream held no events")
+        return ModelReply(decoder.result(), {"events": events}, attempt)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    try:
+        return max(float(value), 0.0) if value is not None else None
+    except ValueError:
+        return None

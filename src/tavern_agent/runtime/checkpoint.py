@@ -1,0 +1,65 @@
+"""The checkpoint: live run state that the journal alone does not give back.
+
+``checkpoints/state.json`` (rewritten atomically) holds, per invocation, the
+round, the pending calls of the current turn, the gate counters and the read
+states, plus the commit ledger and the run's request count. The transcript
+is not here: it is rebuilt from the journal, which records every assistant
+message and every result as it is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tavern_agent.fsutil import atomic_write
+from tavern_agent.workspace.read_state import ReadState
+
+CHECKPOINT_FILE = "checkpoints/state.json"
+SCHEMA_VERSION = 1
+
+
+def reads_json(reads: Mapping[str, ReadState]) -> dict[str, Any]:
+    return {
+        key: {
+            "sha256": s.sha256,
+            "full": s.full,
+            "text": s.text,
+            "needsFullRead": s.needs_full_read,
+        }
+        for key, s in reads.items()
+    }
+
+
+def reads_from_json(data: Mapping[str, Any]) -> dict[str, ReadState]:
+    return {
+        key: ReadState(str(v["sha256"]), bool(v["full"]), str(v["text"]), bool(v["needsFullRead"]))
+        for key, v in data.items()
+    }
+
+
+def save_checkpoint(run_dir: Path, state: Mapping[str, Any], *, durable: bool = True) -> None:
+    """Replace the checkpoint atomically; ``durable`` also fsyncs it (power-loss safe)."""
+    data = {"schemaVersion": SCHEMA_VERSION, **state}
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    path = run_dir / CHECKPOINT_FILE
+    if durable:
+        atomic_write(path, text.encode("utf-8", "surrogatepass"))
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(text.encode("utf-8", "surrogatepass"))
+    os.replace(tmp, path)
+
+
+def load_checkpoint(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads((run_dir / CHECKPOINT_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    if data.get("schemaVersion") != SCHEMA_VERSION:
+        raise ValueError(f"unknown checkpoint schema {data.get('schemaVersion')!r}")
+    return data

@@ -1,0 +1,400 @@
+"""``tavern-agent run`` and ``tavern-agent runs list|show``: runs from the command line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from tavern_agent.chat.formats import (
+    CharacterCard,
+    ChatFormatError,
+    WorldBook,
+    parse_card,
+    parse_chat,
+    parse_world,
+)
+from tavern_agent.config import resolve_profile
+from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.core.profile import Profile, ProfileError
+from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ModelGateway, ReplayGateway
+from tavern_agent.runtime.journal import JOURNAL_FILE, Event, read_events
+from tavern_agent.runtime.loop import TERMINAL, Engine, ResumeRefused, RunResult
+from tavern_agent.runtime.run import (
+    RUN_FILE,
+    Run,
+    RunNotFound,
+    RunSpec,
+    all_runs,
+    find_run,
+)
+from tavern_agent.tools.builtin import builtin_registry
+from tavern_agent.tools.catalog import ToolCatalog
+from tavern_agent.workspace.layout import DataRoot
+
+BASE_URL_ENV = "TAVERN_AGENT_BASE_URL"
+DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"
+
+
+def _short(value: Any, limit: int = 90) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class Progress:
+    """Prints journal events as live progress lines."""
+
+    def __init__(self, console: Console, run_dir: Path) -> None:
+        self.console = console
+        self.run_dir = run_dir
+        self.started = time.monotonic()
+        self.args: dict[str, str] = {}
+
+    def __call__(self, event: Event) -> None:
+        kind, p = event["type"], event["payload"]
+        out = self.console.print
+        clock = f"[dim]{time.monotonic() - self.started:6.2f}s[/]"
+        if kind == "run_started":
+            out(f"[bold]run[/] {event['runId']}  scene {p['scene']}  profile {p['profileId']}")
+        elif kind == "run_resumed":
+            unknown = ", ".join(p.get("outcomeUnknown") or []) or "none"
+            out(f"[bold]resumed[/] after round {p['rounds']}; outcome unknown: {unknown}")
+        elif kind == "model_response_stored":
+            text = p["message"].get("text") or ""
+            said = f"  [italic]{escape(_short(text, 70))}[/]" if text.strip() else ""
+            out(f"{clock} [bold cyan]round {p['round']}[/] {p['calls']} call(s){said}")
+        elif kind == "tool_call_requested":
+            self.args[p["callId"]] = self._arguments(p.get("argumentsRef"))
+        elif kind in ("tool_call_completed", "tool_call_failed"):
+            args = escape(self.args.get(p["callId"], ""))
+            name = escape(str(p.get("name")))
+            if kind == "tool_call_failed":
+                code = p.get("errorCode")
+                out(f"{clock}   [red]✗ {name}[/] {args} → [red]{code}[/]: {escape(p['message'])}")
+            else:
+                msg = escape(_short(p["message"], 80))
+                out(f"{clock}   [green]✓ {name}[/] {args} → {msg}")
+        elif kind == "commit_confirmed":
+            out(f"{clock}   [magenta]⇢ chat floor {p.get('floor')} updated[/]")
+        elif kind == "reminder_added":
+            out(f"{clock}   [yellow]text-only turn: reminded how to finish[/]")
+        elif kind.startswith("persist_"):
+            out(f"{clock}   persist/: {kind.removeprefix('persist_')}")
+        elif kind in TERMINAL:
+            style = "green" if kind == "run_completed" else "red"
+            why = f": {p.get('errorCode')} {p.get('message', '')}" if p.get("errorCode") else ""
+            out(f"{clock} [bold {style}]{TERMINAL[kind]}[/]{escape(why)}")
+
+    def _arguments(self, ref: str | None) -> str:
+        if not ref:
+            return ""
+        try:
+            data = json.loads((self.run_dir / ref).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return ""
+        return _short(data.get("raw", ""), 70)
+
+
+def _catalog() -> ToolCatalog:
+    return ToolCatalog(builtin_registry())
+
+
+def _gateway(
+    model: str | None,
+    replay: Path | None,
+    base_url: str | None,
+    protocol: str,
+    api_key_env: str,
+    record: dict[str, Any] | None = None,
+) -> tuple[ModelGateway, dict[str, Any]]:
+    if replay is None and model is None and record:
+        if record.get("kind") == "replay":
+            replay = Path(record["dir"])
+        elif record.get("kind") == "http":
+            model, base_url = record["model"], record["baseUrl"]
+            protocol, api_key_env = record["protocol"], record.get("apiKeyEnv") or api_key_env
+    if replay is not None:
+        try:
+            gateway = ReplayGateway(replay)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        return gateway, {"kind": "replay", "dir": str(replay.resolve())}
+    if model is None:
+        raise click.UsageError("give --model NAME (with --base-url) or --replay RUN_DIR")
+    config = ModelConfig(
+        ModelProtocol(protocol),
+        model,
+        base_url or os.environ.get(BASE_URL_ENV, DEFAULT_BASE_URL),
+        api_key_env=api_key_env,
+    )
+    return HttpGateway(config), {"kind": "http", **config.to_json()}
+
+
+def _load_inputs(
+    character: Path | None, worlds: Sequence[Path]
+) -> tuple[CharacterCard | None, tuple[WorldBook, ...]]:
+    try:
+        card = parse_card(character.read_bytes()) if character is not None else None
+        books = tuple(parse_world(p.read_bytes(), p.stem) for p in worlds)
+    except (ChatFormatError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
+    return card, books
+
+
+async def _drive(engine: Engine, resume: bool) -> RunResult:
+    try:
+        return await (engine.resume() if resume else engine.start())
+    finally:
+        await engine.gateway.aclose()
+
+
+def _final_message(run: Run, result: RunResult) -> str | None:
+    if run.chat is None or result.floor is None:
+        return None
+    path = getattr(run.chat.repository, "path", None)
+    if not isinstance(path, Path):
+        return None
+    chat = parse_chat(path.read_bytes())
+    if result.floor >= len(chat.messages):
+        return None
+    return chat.messages[result.floor].mes
+
+
+@click.command("run")
+@click.argument("chat_file", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--character", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option(
+    "--world", "worlds", multiple=True, type=click.Path(path_type=Path, dir_okay=False, exists=True)
+)
+@click.option("--profile", "profile_spec", default="default-writer", show_default=True)
+@click.option("--model", default=None, help="Model name on --base-url.")
+@click.option(
+    "--replay",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    default=None,
+    help="Answer each model request from this recorded run folder (offline).",
+)
+@click.option("--session", default=None, help="Run in the session workspace NAME (no chat).")
+@click.option("--resume", "resume_id", default=None, help="Continue the interrupted run RUN.")
+@click.option("--task", default="", help="The instruction (default: write the next reply).")
+@click.option("--base-url", default=None, help=f"API base URL (default ${BASE_URL_ENV}).")
+@click.option(
+    "--protocol",
+    type=click.Choice([p.value for p in ModelProtocol]),
+    default="openai_chat",
+    show_default=True,
+)
+@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True)
+@click.option("--seed", type=int, default=None, help="Seed for dice and activation.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON, no progress.")
+@click.pass_context
+def run_command(
+    ctx: click.Context,
+    chat_file: Path | None,
+    character: Path | None,
+    worlds: tuple[Path, ...],
+    profile_spec: str,
+    model: str | None,
+    replay: Path | None,
+    session: str | None,
+    resume_id: str | None,
+    task: str,
+    base_url: str | None,
+    protocol: str,
+    api_key_env: str,
+    seed: int | None,
+    as_json: bool,
+) -> None:
+    """Run an agent on CHAT_FILE (a SillyTavern .jsonl) until it finishes.
+
+    Progress shows each round and tool call; the committed message is printed
+    at the end. Ctrl-C cancels cleanly.
+    """
+    if model is not None and replay is not None:
+        raise click.UsageError("--model and --replay exclude each other")
+    data = DataRoot(ctx.obj["data_dir"])
+    catalog = _catalog()
+    console = Console(highlight=False, soft_wrap=True)
+    if resume_id is not None:
+        try:
+            run_dir = find_run(data, resume_id)
+            run = Run.open(data, catalog, run_dir)
+        except (RunNotFound, ProfileError) as exc:
+            raise click.UsageError(str(exc)) from None
+        gateway, _ = _gateway(
+            model, replay, base_url, protocol, api_key_env, run.record.get("model")
+        )
+    else:
+        if chat_file is None and session is None:
+            raise click.UsageError("give CHAT_FILE, --session NAME or --resume RUN")
+        if chat_file is not None and not chat_file.is_file():
+            raise click.UsageError(f"no chat file {chat_file}")
+        try:
+            profile: Profile = resolve_profile(profile_spec, data.path)
+        except ProfileError as exc:
+            raise click.UsageError(str(exc)) from None
+        card, books = _load_inputs(character, worlds)
+        gateway, record = _gateway(model, replay, base_url, protocol, api_key_env)
+        spec = RunSpec(
+            profile,
+            ModelProtocol(protocol),
+            chat_file=chat_file,
+            books=books,
+            card=card,
+            session=session,
+            seed=seed,
+            task=task,
+            model=record,
+        )
+        try:
+            run = Run.start(data, catalog, spec)
+        except (ChatFormatError, OSError, ValueError) as exc:
+            raise click.UsageError(str(exc)) from None
+    listeners = () if as_json else (Progress(console, run.run_dir),)
+    engine = Engine(run, gateway, listeners=listeners)
+    try:
+        result = asyncio.run(_drive(engine, resume_id is not None))
+    except KeyboardInterrupt:
+        engine.close()
+        console.print(f"[yellow]cancelled[/]: resume with --resume {run.id}", style=None)
+        sys.exit(130)
+    except ResumeRefused as exc:
+        engine.close()
+        raise click.ClickException(str(exc)) from None
+    engine.close()
+    message = _final_message(run, result)
+    if as_json:
+        out = {
+            "runId": result.run_id,
+            "status": result.status,
+            "rounds": result.rounds,
+            "commits": result.commits,
+            "errorCode": result.error_code,
+            "message": result.message,
+            "floor": result.floor,
+            "committedMessage": message,
+            "finalText": result.final_text,
+            "runDir": str(run.run_dir),
+        }
+        click.echo(json.dumps(out, ensure_ascii=False, indent=2))
+    else:
+        if message is not None:
+            console.print(f"\n[bold]Committed message (floor {result.floor}):[/]")
+            console.print(escape(message))
+        elif result.final_text:
+            console.print(escape(result.final_text))
+        console.print(f"[dim]run folder: {run.run_dir}[/]")
+    if result.status not in ("completed", "partial_success"):
+        sys.exit(1)
+
+
+def _summary(run_dir: Path) -> dict[str, Any]:
+    record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    events = read_events(run_dir / JOURNAL_FILE)
+    status = "interrupted"
+    payload: dict[str, Any] = {}
+    for event in reversed(events):
+        if event["type"] in TERMINAL:
+            status, payload = TERMINAL[event["type"]], event["payload"]
+            break
+        if event["type"] in ("run_resumed", "run_started"):
+            break
+    return {
+        "runId": record["runId"],
+        "scene": record["scene"],
+        "status": status,
+        "rounds": payload.get("rounds"),
+        "commits": payload.get("commits"),
+        "createdAt": record.get("createdAt"),
+        "chatFile": record.get("chatFile"),
+        "session": record.get("session"),
+        "runDir": str(run_dir),
+    }
+
+
+@click.group("runs")
+def runs_group() -> None:
+    """List and inspect recorded runs."""
+
+
+@runs_group.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def runs_list(ctx: click.Context, as_json: bool) -> None:
+    """Every run under the data root, oldest first."""
+    rows = [_summary(p) for p in all_runs(DataRoot(ctx.obj["data_dir"]))]
+    if as_json:
+        click.echo(json.dumps(rows, ensure_ascii=False, indent=2))
+        return
+    table = Table("run", "scene", "status", "rounds", "commits", "created", "chat / session")
+    for r in rows:
+        where = Path(r["chatFile"]).name if r["chatFile"] else (r["session"] or "")
+        style = "" if r["status"] == "completed" else "red"
+        table.add_row(
+            r["runId"],
+            r["scene"],
+            f"[{style}]{r['status']}[/]" if style else r["status"],
+            str(r["rounds"] or ""),
+            str(r["commits"] or ""),
+            r["createdAt"] or "",
+            where,
+        )
+    Console(highlight=False).print(table if rows else "(no runs)")
+
+
+@runs_group.command("show")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the journal events as JSON.")
+@click.pass_context
+def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """The timeline of RUN: events, tool calls with arguments and results, errors in red."""
+    try:
+        run_dir = find_run(DataRoot(ctx.obj["data_dir"]), run_id)
+    except RunNotFound as exc:
+        raise click.UsageError(str(exc)) from None
+    events = read_events(run_dir / JOURNAL_FILE)
+    if as_json:
+        click.echo(json.dumps(events, ensure_ascii=False, indent=2))
+        return
+    show_timeline(Console(highlight=False, soft_wrap=True), run_dir, events)
+
+
+def show_timeline(console: Console, run_dir: Path, events: list[Event]) -> None:
+    summary = _summary(run_dir)
+    console.print(f"[bold]{summary['runId']}[/]  {summary['scene']}  {summary['status']}")
+    t0 = events[0]["timestamp"] if events else ""
+    for event in events:
+        kind, p = event["type"], event["payload"]
+        level = event["level"]
+        style = {"error": "bold red", "warn": "yellow"}.get(level, "")
+        head = f"{event['seq']:>4} {event['timestamp'][11:23]} {kind}"
+        detail = ""
+        if kind == "tool_call_requested":
+            args = Progress(console, run_dir)._arguments(p.get("argumentsRef"))
+            detail = f"{p['name']} {args}"
+        elif kind == "tool_result_stored":
+            result = p["result"]
+            code = f"[{result['errorCode']}] " if result.get("isError") else ""
+            detail = code + _short(result["content"], 100)
+            if result.get("isError"):
+                style = "red"
+        elif kind == "model_response_stored":
+            detail = f"round {p['round']}, {p['calls']} call(s) {_short(p['message']['text'], 60)}"
+        elif kind in ("commit_confirmed", "commit_requested"):
+            detail = f"floor {p.get('floor', '')} {p.get('path', '')}".strip()
+        elif kind in TERMINAL or kind == "reminder_added":
+            detail = _short({k: v for k, v in p.items() if k != "text"}, 120)
+        line = escape(f"{head}  {detail}".rstrip())
+        console.print(f"[{style}]{line}[/]" if style else line)
+    del t0

@@ -1,0 +1,67 @@
+"""An Invocation: one frozen tool snapshot, its own gate and counts, its transcript (R1.4–R1.6).
+
+The root invocation of a run builds its snapshot when it is created and
+writes it once to ``input/invocations/<inv>/tool_snapshot.json``. An output
+revision is a new invocation that loads the same snapshot (R1.5) but has its
+own gate, so its calls are counted on their own (R1.6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tavern_agent.providers.transcript import AssistantMessage, Transcript
+from tavern_agent.tools.gate import ToolRequestGate
+from tavern_agent.tools.snapshot import ToolSnapshot
+
+INVOCATIONS_DIR = "input/invocations"
+
+
+def snapshot_path(run_dir: Path, snapshot_id: str) -> Path:
+    return run_dir / INVOCATIONS_DIR / snapshot_id / "tool_snapshot.json"
+
+
+def prompt_path(run_dir: Path, invocation_id: str) -> Path:
+    return run_dir / INVOCATIONS_DIR / invocation_id / "prompt.json"
+
+
+@dataclass
+class Invocation:
+    """Live state of one invocation; ``round`` counts its own model requests."""
+
+    id: str
+    snapshot: ToolSnapshot
+    gate: ToolRequestGate
+    transcript: Transcript
+    kind: str = "root"  # "root" or "revision"
+    revision_of: str | None = None
+    round: int = 0
+    requested: set[str] = field(default_factory=set)  # call ids journaled as requested
+    resulted: set[str] = field(default_factory=set)  # call ids with a stored result
+    finished: bool = False
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "snapshotId": self.snapshot.id,
+            "kind": self.kind,
+            "revisionOf": self.revision_of,
+        }
+
+    def last_turn(self) -> AssistantMessage | None:
+        """The newest assistant message."""
+        for item in reversed(self.transcript.items):
+            if isinstance(item, AssistantMessage):
+                return item
+        return None
+
+    def pending_calls(self) -> list[str]:
+        """Call ids of the last assistant turn that have no result yet."""
+        turn = self.last_turn()
+        return (
+            []
+            if turn is None
+            else [c.call_id for c in turn.calls if c.call_id not in self.resulted]
+        )

@@ -1,0 +1,93 @@
+"""The run journal ``events.jsonl``: append-only, one fsync'd JSON line per event.
+
+Each line is ``{seq, id, runId, timestamp, level, type, payload}``. ``seq``
+counts from 1 without gaps. A process killed mid-write can leave a torn last
+line; opening the journal again cuts it off (it was never acknowledged), and
+:func:`read_events` ignores it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+JOURNAL_FILE = "events.jsonl"
+Event = dict[str, Any]
+Listener = Callable[[Event], None]
+
+
+def read_events(path: Path) -> list[Event]:
+    """Every complete event of a journal, in order (a torn last line is skipped)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    events: list[Event] = []
+    for line in data.split(b"\n"):
+        if not line:
+            continue
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            break  # only the last line can be torn; nothing after it was written
+    return events
+
+
+def _complete_length(data: bytes) -> int:
+    """Bytes of ``data`` up to the end of its last complete JSON line."""
+    end = 0
+    for line in data.split(b"\n")[:-1]:  # the part after the last newline is torn or empty
+        if line:
+            try:
+                json.loads(line)
+            except ValueError:
+                break
+        end += len(line) + 1
+    return end
+
+
+class Journal:
+    """Appends events to ``events.jsonl``; ``listeners`` see each event after it is durable."""
+
+    def __init__(self, path: Path, run_id: str, *, fsync: bool = True) -> None:
+        self.path = path
+        self.run_id = run_id
+        self.fsync = fsync
+        self.listeners: list[Listener] = []
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = path.read_bytes() if path.exists() else b""
+        keep = _complete_length(data)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        if keep != len(data):
+            os.ftruncate(self._fd, keep)
+        os.lseek(self._fd, 0, os.SEEK_END)
+        self.seq = len(read_events(path))
+
+    def append(self, type: str, payload: Mapping[str, Any], *, level: str = "info") -> Event:
+        self.seq += 1
+        event: Event = {
+            "seq": self.seq,
+            "id": f"evt_{secrets.token_hex(8)}",
+            "runId": self.run_id,
+            "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "level": level,
+            "type": type,
+            "payload": dict(payload),
+        }
+        line = json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+        os.write(self._fd, line.encode("utf-8", "surrogatepass"))
+        if self.fsync:
+            os.fsync(self._fd)
+        for listener in self.listeners:
+            listener(event)
+        return event
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

@@ -1,0 +1,640 @@
+"""The run loop: prompt → model → calls in order → results → next round, until finish.
+
+One :class:`Engine` drives one run. Per round it asks the gateway for a
+response (stored in ``model-responses/round-NNN.json`` before it is used),
+runs the turn's calls in order through the invocation's gate (each call sees
+the effects of those before), pairs every call with a result, and feeds the
+results back. It ends when a finishing call is accepted (chat) or a text-only
+answer arrives (session), or when the rounds run out
+(``model.tool_call_required``).
+
+Every step is journaled; with the checkpoint this lets :meth:`Engine.resume`
+continue a killed run: stored responses are not requested again, calls with
+a stored result are not run again, a call that started without a result gets
+the R5.4 "outcome unknown" result, and a commit whose outcome the journal
+does not know is confirmed (or not) from the chat file itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tavern_agent.chat.repository import find_run_message
+from tavern_agent.core.arguments import MISSING
+from tavern_agent.core.descriptors import Scene
+from tavern_agent.core.errors import ErrorCode
+from tavern_agent.core.results import (
+    AgentToolResult,
+    CommitRequested,
+    FilePatched,
+    FileWritten,
+    Finish,
+)
+from tavern_agent.fsutil import AlreadyWritten
+from tavern_agent.providers.gateway import (
+    ModelError,
+    ModelGateway,
+    ModelReply,
+    ModelRequest,
+    reply_from_json,
+    reply_to_json,
+    response_path,
+)
+from tavern_agent.providers.transcript import (
+    AssistantMessage,
+    RecordedCall,
+    ToolResultMessage,
+    Transcript,
+    UserMessage,
+    outcome_unknown_result,
+    truncated_result,
+)
+from tavern_agent.runtime.checkpoint import (
+    load_checkpoint,
+    reads_from_json,
+    reads_json,
+    save_checkpoint,
+)
+from tavern_agent.runtime.finish import (
+    after_finish_result,
+    commit_required_result,
+    confirmed_commit_result,
+)
+from tavern_agent.runtime.invocation import Invocation
+from tavern_agent.runtime.journal import JOURNAL_FILE, Event, Journal, Listener, read_events
+from tavern_agent.runtime.persist import PersistStore
+from tavern_agent.runtime.prompt import text_turn_reminder
+from tavern_agent.runtime.run import Run
+from tavern_agent.tools.gate import FINISHING_TOOLS
+from tavern_agent.tools.results import call_hex
+from tavern_agent.workspace.store import WorkspaceEscape
+
+TERMINAL = {
+    "run_completed": "completed",
+    "run_partial_success": "partial_success",
+    "run_failed": "failed",
+    "run_cancelled": "cancelled",
+}
+CANCELLED_TEXT = "Not run: the run was cancelled before this call started."
+
+
+class ResumeRefused(RuntimeError):
+    """The run cannot continue: an effect's outcome cannot be confirmed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    run_id: str
+    status: str  # completed, partial_success, failed, cancelled
+    rounds: int
+    commits: int
+    error_code: str | None = None
+    message: str = ""
+    floor: int | None = None  # the chat floor this run's commits wrote
+    final_text: str | None = None  # a session run's answer
+
+    @classmethod
+    def from_event(cls, event: Event) -> RunResult:
+        p = event["payload"]
+        return cls(
+            event["runId"],
+            TERMINAL[event["type"]],
+            int(p.get("rounds", 0)),
+            int(p.get("commits", 0)),
+            p.get("errorCode"),
+            p.get("message", ""),
+            p.get("floor"),
+            p.get("finalText"),
+        )
+
+
+def write_audit(path: Path, data: bytes) -> None:
+    """Create an audit file once, atomically (temp file + link), without an fsync.
+
+    The journal, which is fsync'd, carries what resume needs inline (each
+    assistant message and each result), so an audit file lost to a power
+    failure loses no run state; a killed process loses nothing at all.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise AlreadyWritten(f"{path} exists already") from None
+    finally:
+        os.unlink(tmp)
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    line = text.strip().split("\n", 1)[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _raw_json(raw: Any) -> Any:
+    if raw is MISSING:
+        return {"missing": True}
+    if isinstance(raw, bytes):
+        return {"bytes": raw.decode("utf-8", "replace")}
+    return {"raw": raw}
+
+
+class Engine:
+    """Drives one run with one gateway; ``listeners`` see every journal event."""
+
+    def __init__(
+        self,
+        run: Run,
+        gateway: ModelGateway,
+        *,
+        listeners: tuple[Listener, ...] = (),
+        fsync: bool = True,
+    ) -> None:
+        self.run = run
+        self.gateway = gateway
+        self.journal = Journal(run.run_dir / JOURNAL_FILE, run.id, fsync=fsync)
+        self.journal.listeners.extend(listeners)
+        self.rounds = 0
+        self.commits_requested = 0
+        self.commits_confirmed = 0
+        self.floor: int | None = None
+        self.finished = False
+        self.current: Invocation = run.invocations[-1]
+        self.confirmed_calls: dict[str, str] = {}  # commit call id → path, confirmed on resume
+
+    # ------------------------------------------------------------ entry points
+
+    async def start(self) -> RunResult:
+        run = self.run
+        self.journal.append(
+            "run_started",
+            {
+                "scene": run.scene.value,
+                "profileId": run.profile.id,
+                "protocol": run.protocol.value,
+                "chatFile": run.record.get("chatFile"),
+                "floorCount": None if run.chat is None else run.chat.floor_count,
+                "persistBase": None if run.persist_base is None else run.persist_base.sha,
+                "model": run.record.get("model"),
+            },
+        )
+        self._invocation_started(self.current)
+        return await self._execute(self.current)
+
+    async def revise(self, instruction: str) -> RunResult:
+        """Run an output revision: a new invocation on the same snapshot (R1.5)."""
+        self._rebuild()
+        self.finished = False
+        inv = self.run.revise(instruction)
+        self.current = inv
+        self._invocation_started(inv)
+        return await self._execute(inv)
+
+    async def resume(self) -> RunResult:
+        """Continue a run that stopped without an outcome (see the module docstring)."""
+        ended = self._rebuild()
+        if ended is not None:
+            return ended
+        self._reconcile_commit()
+        inv = self.current
+        unknown = [c for c in inv.pending_calls() if c in inv.requested]
+        self.journal.append(
+            "run_resumed",
+            {
+                "invocationId": inv.id,
+                "rounds": self.rounds,
+                "commits": self.commits_confirmed,
+                "pendingCalls": inv.pending_calls(),
+                "outcomeUnknown": [c for c in unknown if c not in self.confirmed_calls],
+            },
+        )
+        return await self._execute(inv)
+
+    def close(self) -> None:
+        self.journal.close()
+
+    # ------------------------------------------------------------ the loop
+
+    def _invocation_started(self, inv: Invocation) -> None:
+        self.journal.append(
+            "invocation_started",
+            {
+                "invocationId": inv.id,
+                "snapshotId": inv.snapshot.id,
+                "kind": inv.kind,
+                "revisionOf": inv.revision_of,
+                "tools": inv.snapshot.model_names,
+                "maxCalls": inv.snapshot.max_calls_per_invocation,
+            },
+        )
+        self._checkpoint()
+
+    async def _execute(self, inv: Invocation) -> RunResult:
+        try:
+            return await self._drive(inv)
+        except asyncio.CancelledError:
+            self._pair_pending(inv, cancelled=True)
+            self._end("run_cancelled", ErrorCode.RUN_CANCELLED, "The run was cancelled.")
+            raise
+        except ModelError as exc:
+            return self._fail(ErrorCode.MODEL_REQUEST_FAILED, str(exc))
+        except (OSError, WorkspaceEscape) as exc:
+            return self._fail(ErrorCode.RUN_STORAGE_FAILED, f"{type(exc).__name__}: {exc}")
+
+    async def _drive(self, inv: Invocation) -> RunResult:
+        max_rounds = self.run.profile.limits.max_rounds
+        while True:
+            turn = inv.last_turn()
+            if turn is not None and inv.pending_calls():
+                await self._run_calls(inv, turn)  # a turn left unfinished by an interruption
+            if self.finished:
+                return self._complete()
+            last = inv.transcript.items[-1] if inv.transcript.items else None
+            if isinstance(last, AssistantMessage) and not last.calls:
+                if self.run.scene is Scene.SESSION:
+                    return self._complete(final_text=last.text)
+                self._remind(inv, last)
+            if inv.round >= max_rounds:
+                text = (
+                    f"The {max_rounds} rounds of this run are used up and no finishing "
+                    "tool call was accepted."
+                )
+                return self._fail(ErrorCode.MODEL_TOOL_CALL_REQUIRED, text)
+            await self._request(inv)
+
+    async def _request(self, inv: Invocation) -> None:
+        number = self.rounds + 1
+        path = response_path(self.run.run_dir, number)
+        if path.exists():  # stored before an interruption: never ask twice
+            reply = reply_from_json(json.loads(path.read_text(encoding="utf-8")))
+        else:
+            self.journal.append(
+                "model_request",
+                {
+                    "round": number,
+                    "invocationId": inv.id,
+                    "snapshotId": inv.snapshot.id,
+                    "items": len(inv.transcript.items),
+                },
+            )
+            request = ModelRequest(self.run.id, inv.id, number, inv.transcript, inv.snapshot)
+            started = time.monotonic()
+            reply = await self.gateway.respond(request)
+            reply = ModelReply(reply.response, reply.raw, reply.attempts)
+            record = reply_to_json(request, reply) | {
+                "elapsedMs": round((time.monotonic() - started) * 1000, 1)
+            }
+            with contextlib.suppress(AlreadyWritten):
+                write_audit(path, json.dumps(record, ensure_ascii=False).encode("utf-8"))
+        message = reply.response.message
+        self.rounds = number
+        inv.round += 1
+        self.journal.append(
+            "model_response_stored",
+            {
+                "round": number,
+                "invocationId": inv.id,
+                "ref": path.relative_to(self.run.run_dir).as_posix(),
+                "message": Transcript((message,)).to_json()["items"][0],
+                "finish": message.finish.value,
+                "calls": len(message.calls),
+                "usage": dict(reply.response.usage),
+            },
+        )
+        inv.transcript = inv.transcript.append(message)
+
+    async def _run_calls(self, inv: Invocation, message: AssistantMessage) -> None:
+        number = self.rounds
+        calls = message.calls
+        if message.finish.truncated:
+            for rc in calls:
+                if rc.call_id not in inv.resulted:
+                    self._store(inv, rc, truncated_result(rc), number, 0.0)
+            return
+        last_index = len(calls) - 1
+        for index, rc in enumerate(calls):
+            if rc.call_id in inv.resulted:
+                continue
+            if rc.call_id in inv.requested:  # started before an interruption
+                path = self.confirmed_calls.get(rc.call_id)
+                result = (
+                    confirmed_commit_result(rc, path)
+                    if path is not None
+                    else outcome_unknown_result(rc)
+                )
+                self._store(inv, rc, result, number, 0.0)
+                continue
+            await self._run_call(inv, rc, number, is_last=index == last_index)
+        self._checkpoint()  # the end of a turn
+
+    async def _run_call(
+        self, inv: Invocation, rc: RecordedCall, number: int, *, is_last: bool
+    ) -> None:
+        snapshot = inv.snapshot
+        name = rc.name if isinstance(rc.name, str) else None
+        binding = snapshot.by_name(name) if name is not None else None
+        args_ref = f"tool-args/{inv.id}/round-{number:03d}-call_{call_hex(rc.call_id)}.json"
+        record = {"callId": rc.call_id, "name": rc.name, **_raw_json(rc.call.raw_arguments)}
+        with contextlib.suppress(AlreadyWritten):  # written before an interruption
+            write_audit(
+                self.run.run_dir / args_ref, json.dumps(record, ensure_ascii=False).encode()
+            )
+        self.journal.append(
+            "tool_call_requested",
+            {
+                "round": number,
+                "invocationId": inv.id,
+                "callId": rc.call_id,
+                "toolId": None if binding is None else str(binding.tool_id),
+                "snapshotId": snapshot.id,
+                "name": rc.name,
+                "argumentsRef": args_ref,
+            },
+        )
+        inv.requested.add(rc.call_id)
+        started = time.monotonic()
+        if binding is not None and binding.tool_id in FINISHING_TOOLS and not is_last:
+            result = after_finish_result(rc, binding)
+        else:
+            self.journal.append(
+                "tool_call_started",
+                {"callId": rc.call_id, "invocationId": inv.id, "round": number},
+            )
+            executed = await inv.gate.handle(rc.call, round=number)
+            result, effect = executed.result, executed.effect
+            if isinstance(effect, CommitRequested):
+                await self._commit(rc, effect)
+            elif isinstance(effect, Finish):
+                if self.run.foreground and self.commits_confirmed == 0:
+                    result = commit_required_result(rc, snapshot)
+                else:
+                    self.finished = True
+                    self.journal.append(
+                        "finish_accepted",
+                        {"callId": rc.call_id, "invocationId": inv.id, "reason": effect.reason},
+                    )
+            self._store(inv, rc, result, number, time.monotonic() - started)
+            if isinstance(effect, FileWritten | FilePatched | CommitRequested):
+                self._checkpoint()  # state-changing effects are followed by a checkpoint
+            return
+        self._store(inv, rc, result, number, time.monotonic() - started)
+
+    async def _commit(self, rc: RecordedCall, effect: CommitRequested) -> None:
+        chat = self.run.chat
+        if chat is None:  # the commit tool refuses without a chat; defensive
+            return
+        self.commits_requested += 1
+        index = self.commits_requested
+        self.journal.append(
+            "commit_requested",
+            {"callId": rc.call_id, "index": index, "path": effect.path, "mode": effect.mode},
+        )
+        receipt = await asyncio.to_thread(chat.apply_effect, effect, self.run.workspace)
+        self.commits_confirmed = index
+        self.floor = receipt.floor
+        self.journal.append(
+            "commit_confirmed",
+            {
+                "callId": rc.call_id,
+                "index": index,
+                "floor": receipt.floor,
+                "created": receipt.created,
+                "chars": receipt.chars,
+            },
+        )
+
+    def _store(
+        self,
+        inv: Invocation,
+        rc: RecordedCall,
+        result: AgentToolResult,
+        number: int,
+        elapsed: float,
+    ) -> None:
+        ref = f"tool-results/{inv.id}/round-{number:03d}-call_{call_hex(rc.call_id)}.json"
+        data = json.dumps(result.to_json(), ensure_ascii=False).encode("utf-8", "surrogatepass")
+        with contextlib.suppress(AlreadyWritten):  # the spilled-result audit, or a resumed store
+            write_audit(self.run.workspace.root / ref, data)
+        self.journal.append(
+            "tool_result_stored",
+            {
+                "round": number,
+                "invocationId": inv.id,
+                "callId": rc.call_id,
+                "ref": ref,
+                "result": result.to_json(),
+            },
+        )
+        outcome = {
+            "callId": rc.call_id,
+            "toolId": None if result.tool_id is None else str(result.tool_id),
+            "name": rc.name,
+            "isError": result.is_error,
+            "errorCode": None if result.error_code is None else result.error_code.value,
+            "message": _first_line(result.content),
+            "elapsedMs": round(elapsed * 1000, 2),
+            "resourceRefs": list(result.resource_refs),
+        }
+        if result.is_error:
+            self.journal.append("tool_call_failed", outcome, level="warn")
+        else:
+            self.journal.append("tool_call_completed", outcome)
+        inv.resulted.add(rc.call_id)
+        inv.transcript = inv.transcript.append(ToolResultMessage(result))
+
+    def _remind(self, inv: Invocation, message: AssistantMessage) -> None:
+        saved = None
+        if message.text.strip():
+            saved = f"scratch/turn-{self.rounds:03d}.md"
+            self.run.workspace.write_atomic(saved, message.text.encode("utf-8"))
+        text = text_turn_reminder(inv.snapshot, saved)
+        self.journal.append(
+            "reminder_added",
+            {"invocationId": inv.id, "round": self.rounds, "savedTo": saved, "text": text},
+            level="warn",
+        )
+        inv.transcript = inv.transcript.append(UserMessage(text))
+        self._checkpoint()
+
+    def _pair_pending(self, inv: Invocation, *, cancelled: bool) -> None:
+        last = inv.last_turn()
+        if last is None:
+            return
+        for rc in last.calls:
+            if rc.call_id in inv.resulted:
+                continue
+            if rc.call_id in inv.requested or not cancelled:
+                result = outcome_unknown_result(rc)
+            else:
+                result = AgentToolResult(
+                    rc.call_id,
+                    None,
+                    CANCELLED_TEXT,
+                    {"error": {"code": ErrorCode.RUN_CANCELLED.value}},
+                    True,
+                    ErrorCode.RUN_CANCELLED,
+                )
+            self._store(inv, rc, result, self.rounds, 0.0)
+
+    # ------------------------------------------------------------ endings
+
+    def _summary(self) -> dict[str, Any]:
+        return {"rounds": self.rounds, "commits": self.commits_confirmed, "floor": self.floor}
+
+    def _complete(self, final_text: str | None = None) -> RunResult:
+        run = self.run
+        chat_ws = run.chat_workspace
+        if chat_ws is not None and run.persist_base is not None:
+            promotion = PersistStore(chat_ws).promote(
+                run.workspace.root / "persist", run.persist_base, run.id
+            )
+            level = "warn" if promotion.status == "conflict" else "info"
+            self.journal.append(
+                f"persist_{promotion.status}",
+                {"version": promotion.version, "sha": promotion.sha, "base": run.persist_base.sha},
+                level=level,
+            )
+        payload = self._summary() | ({"finalText": final_text} if final_text is not None else {})
+        self._end("run_completed", None, "", payload)
+        return RunResult(
+            run.id,
+            "completed",
+            self.rounds,
+            self.commits_confirmed,
+            floor=self.floor,
+            final_text=final_text,
+        )
+
+    def _fail(self, code: ErrorCode, message: str) -> RunResult:
+        kind = "run_partial_success" if self.commits_confirmed else "run_failed"
+        self._end(kind, code, message)
+        return RunResult(
+            self.run.id,
+            TERMINAL[kind],
+            self.rounds,
+            self.commits_confirmed,
+            code.value,
+            message,
+            self.floor,
+        )
+
+    def _end(
+        self, kind: str, code: ErrorCode | None, message: str, payload: dict[str, Any] | None = None
+    ) -> None:
+        body = payload or self._summary()
+        if code is not None:
+            body = body | {"errorCode": code.value, "message": message}
+        self.journal.append(kind, body, level="info" if code is None else "error")
+        self._checkpoint()
+
+    # ------------------------------------------------------------ state
+
+    def _checkpoint(self) -> None:
+        state = {
+            "journalSeq": self.journal.seq,
+            "rounds": self.rounds,
+            "current": self.current.id,
+            "finished": self.finished,
+            "commits": {"requested": self.commits_requested, "confirmed": self.commits_confirmed},
+            "invocations": {
+                inv.id: {
+                    "round": inv.round,
+                    "pendingCalls": inv.pending_calls(),
+                    "gate": inv.gate.state(),
+                    "reads": reads_json(inv.gate.reads),
+                }
+                for inv in self.run.invocations
+            },
+        }
+        save_checkpoint(self.run.run_dir, state, durable=self.journal.fsync)
+
+    def _rebuild(self) -> RunResult | None:
+        """Live state from the journal and checkpoint; a finished run's result, if it ended."""
+        events = read_events(self.run.run_dir / JOURNAL_FILE)
+        by_id = {inv.id: inv for inv in self.run.invocations}
+        self.pending_commit: dict[str, Any] | None = None
+        for event in events:
+            kind, p = event["type"], event["payload"]
+            if kind == "invocation_started":
+                self.current = by_id[p["invocationId"]]
+                self.finished = False
+            elif kind == "model_response_stored":
+                inv = by_id[p["invocationId"]]
+                item = Transcript.from_json({"items": [p["message"]]}).items[0]
+                inv.transcript = inv.transcript.append(item)
+                inv.round += 1
+                self.rounds = int(p["round"])
+            elif kind == "tool_call_requested":
+                by_id[p["invocationId"]].requested.add(p["callId"])
+            elif kind == "tool_result_stored":
+                inv = by_id[p["invocationId"]]
+                item = Transcript.from_json({"items": [{"type": "result", **p["result"]}]}).items[0]
+                inv.transcript = inv.transcript.append(item)
+                inv.resulted.add(p["callId"])
+            elif kind == "reminder_added":
+                inv = by_id[p["invocationId"]]
+                inv.transcript = inv.transcript.append(UserMessage(p["text"]))
+            elif kind == "commit_requested":
+                self.commits_requested = int(p["index"])
+                self.pending_commit = p
+            elif kind == "commit_confirmed":
+                self.commits_confirmed = int(p["index"])
+                self.floor = p.get("floor")
+                self.pending_commit = None
+            elif kind == "finish_accepted":
+                self.finished = True
+        checkpoint = load_checkpoint(self.run.run_dir)
+        if checkpoint is not None:
+            for inv_id, state in checkpoint.get("invocations", {}).items():
+                found = by_id.get(inv_id)
+                if found is not None:
+                    found.gate.restore(state["gate"])
+                    found.gate.reads.update(reads_from_json(state.get("reads", {})))
+        for event in reversed(events):
+            if event["type"] in TERMINAL:
+                return RunResult.from_event(event)
+            if event["type"] in ("run_resumed", "invocation_started", "run_started"):
+                break
+        return None
+
+    def _reconcile_commit(self) -> None:
+        """A commit journaled as requested but not confirmed: ask the chat file."""
+        pending = self.pending_commit
+        chat = self.run.chat
+        if pending is None or chat is None:
+            return
+        index = int(pending["index"])
+        current = chat.repository.load()
+        floor = find_run_message(current, self.run.id)
+        applied = 0
+        if floor is not None:
+            meta = current.messages[floor].extra.get("agent") or {}
+            applied = int(meta.get("commits", 1))
+        if applied == index:
+            self.commits_confirmed = index
+            self.floor = floor
+            self.confirmed_calls[pending["callId"]] = pending["path"]
+            self.journal.append(
+                "commit_confirmed",
+                {"callId": pending["callId"], "index": index, "floor": floor, "reconciled": True},
+            )
+        elif applied == index - 1:
+            self.commits_requested = index - 1
+            self.journal.append(
+                "commit_not_applied", {"callId": pending["callId"], "index": index}, level="warn"
+            )
+        else:
+            raise ResumeRefused(
+                f"commit {index} of run {self.run.id}: the chat shows {applied} commits; "
+                "its outcome cannot be confirmed"
+            )
+        self.pending_commit = None

@@ -1,0 +1,316 @@
+"""A Run: a scene (chat or session), a Profile, a frozen input, and its invocations.
+
+On disk (chat runs: ``<data>/chats/<chat-ws>/runs/<run-id>/``, which is also
+the run's workspace; session runs: ``<data>/sessions/<id>/runs/<run-id>/``,
+beside the shared session workspace)::
+
+    run.json                      what the run is: scene, profile, chat file, model, invocations
+    input/chat.json               frozen chat input (floor count, activated world info)
+    input/card.json               the character card fields the prompt used
+    input/persist.json            the persist/ base this run started from
+    input/invocations/<inv>/      tool_snapshot.json (write once), prompt.json
+    events.jsonl                  the journal
+    checkpoints/state.json        live state for resume
+    model-responses/round-NNN.json, tool-args/<inv>/round-NNN-call_<hex>.json
+
+All of these are internal: the model's tools cannot see them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tavern_agent.chat.formats import CharacterCard, ChatFile, WorldBook
+from tavern_agent.chat.mount import prepare_run_mount, sync_floors
+from tavern_agent.chat.repository import FileChatRepository
+from tavern_agent.chat.run_input import ChatRun, ChatRunInput, freeze
+from tavern_agent.core.descriptors import Scene
+from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.core.profile import Profile
+from tavern_agent.fsutil import atomic_write, write_once
+from tavern_agent.providers.transcript import Transcript, UserMessage
+from tavern_agent.runtime.invocation import Invocation, prompt_path, snapshot_path
+from tavern_agent.runtime.persist import PersistBase, PersistStore
+from tavern_agent.runtime.prompt import CARD_FIELDS, chat_material, system_prompt
+from tavern_agent.tools.catalog import ToolCatalog
+from tavern_agent.tools.dispatch import Dispatcher
+from tavern_agent.tools.gate import ToolRequestGate
+from tavern_agent.tools.results import DirectoryResultFiles
+from tavern_agent.tools.snapshot import ToolSnapshot, build_snapshot
+from tavern_agent.workspace.layout import DataRoot, chat_workspace_id
+from tavern_agent.workspace.store import Workspace
+
+RUN_FILE = "run.json"
+CARD_FILE = "input/card.json"
+PERSIST_FILE = "input/persist.json"
+SCHEMA_VERSION = 1
+
+
+class RunNotFound(LookupError):
+    pass
+
+
+def new_run_id() -> str:
+    return f"run_{datetime.now(UTC):%Y%m%dT%H%M%S}_{secrets.token_hex(3)}"
+
+
+@dataclass
+class RunSpec:
+    """What a new run is made from."""
+
+    profile: Profile
+    protocol: ModelProtocol = ModelProtocol.OPENAI_CHAT
+    chat_file: Path | None = None
+    books: tuple[WorldBook, ...] = ()
+    card: CharacterCard | None = None
+    session: str | None = None
+    seed: int | None = None
+    task: str = ""
+    model: dict[str, Any] = field(default_factory=dict)  # how the model is reached, for records
+
+
+def _card_fields(card: CharacterCard | None) -> dict[str, Any] | None:
+    if card is None:
+        return None
+    data = card.data
+    return {"name": card.name, **{k: data[k] for k in CARD_FIELDS if data.get(k)}}
+
+
+def _write_json(path: Path, data: Any, *, once: bool = False) -> None:
+    text = json.dumps(data, ensure_ascii=False, indent=1).encode("utf-8")
+    (write_once if once else atomic_write)(path, text)
+
+
+@dataclass
+class Run:
+    """A run's identity, workspace, chat side and invocations (see the module docstring)."""
+
+    id: str
+    run_dir: Path
+    data: DataRoot
+    catalog: ToolCatalog
+    record: dict[str, Any]
+    profile: Profile
+    workspace: Workspace
+    chat: ChatRun | None
+    invocations: list[Invocation] = field(default_factory=list)
+    persist_base: PersistBase | None = None
+
+    @property
+    def scene(self) -> Scene:
+        return Scene(self.record["scene"])
+
+    @property
+    def protocol(self) -> ModelProtocol:
+        return ModelProtocol(self.record["protocol"])
+
+    @property
+    def foreground(self) -> bool:
+        return self.scene is Scene.CHAT and self.profile.run.presentation == "foreground"
+
+    @property
+    def chat_workspace(self) -> Path | None:
+        if self.chat is None:
+            return None
+        return self.data.path / "chats" / chat_workspace_id(self.chat.input.stable_chat_id)
+
+    # ------------------------------------------------------------ creation
+
+    @classmethod
+    def start(
+        cls, data: DataRoot, catalog: ToolCatalog, spec: RunSpec, run_id: str | None = None
+    ) -> Run:
+        """Freeze the input, build the root invocation's snapshot, write the run record."""
+        run_id = run_id or new_run_id()
+        profile = spec.profile
+        chat_run: ChatRun | None = None
+        chat: ChatFile | None = None
+        if spec.chat_file is not None:
+            repo = FileChatRepository(spec.chat_file)
+            chat = repo.load()
+            stable = chat.stable_id(str(spec.chat_file.resolve()))
+            books = list(spec.books)
+            card_book = spec.card.book() if spec.card is not None else None
+            books.extend([card_book] if card_book is not None else [])
+            run_input = freeze(
+                chat, stable, title=spec.chat_file.stem, books=books, rng=random.Random(spec.seed)
+            )
+            ws = data.chat_run(stable, run_id, profile, chat_floor_count=run_input.floor_count)
+            run_dir = ws.root
+            sync_floors(chat, data.chat_mount_dir(stable))
+            prepare_run_mount(ws.root, run_input)
+            run_input.save(ws.root)
+            chat_run = ChatRun(repo, run_input, run_id=run_id, profile_id=profile.id)
+            scene = Scene.CHAT
+        else:
+            ws = data.session(spec.session or "default", profile)
+            run_dir = ws.root / "runs" / run_id
+            scene = Scene.SESSION
+        run_dir.mkdir(parents=True, exist_ok=True)
+        record = {
+            "schemaVersion": SCHEMA_VERSION,
+            "runId": run_id,
+            "scene": scene.value,
+            "protocol": spec.protocol.value,
+            "profile": profile.to_json(),
+            "chatFile": None if spec.chat_file is None else str(spec.chat_file.resolve()),
+            "session": spec.session if scene is Scene.SESSION else None,
+            "workspace": str(ws.root),
+            "seed": spec.seed,
+            "model": spec.model,
+            "createdAt": datetime.now(UTC).isoformat(timespec="seconds"),
+            "invocations": [],
+        }
+        run = cls(run_id, run_dir, data, catalog, record, profile, ws, chat_run)
+        card = _card_fields(spec.card)
+        _write_json(run_dir / CARD_FILE, card)
+        if chat_run is not None:
+            store = PersistStore(run.chat_workspace or run_dir)
+            run.persist_base = store.checkout(ws.root / "persist")
+            _write_json(run_dir / PERSIST_FILE, run.persist_base.to_json())
+        snapshot = build_snapshot(
+            catalog, profile, scene, spec.protocol, f"inv_{secrets.token_hex(6)}"
+        )
+        snapshot.save(snapshot_path(run_dir, snapshot.id))
+        system = system_prompt(profile, snapshot, chat.character_name if chat else "")
+        if chat_run is not None:
+            user = chat_material(
+                chat=chat,
+                floor_count=chat_run.floor_count,
+                card=card,
+                activation=chat_run.input.activation,
+                skills=data.skills(profile),
+                history_chars=profile.prompt.history_chars,
+                snapshot=snapshot,
+                task=spec.task,
+            )
+        else:
+            user = spec.task or "Continue the work in this session."
+        run.add_invocation(snapshot.id, snapshot, system, user)
+        return run
+
+    def add_invocation(
+        self,
+        invocation_id: str,
+        snapshot: ToolSnapshot,
+        system: str,
+        user: str,
+        *,
+        kind: str = "root",
+        revision_of: str | None = None,
+    ) -> Invocation:
+        _write_json(
+            prompt_path(self.run_dir, invocation_id), {"system": system, "user": user}, once=True
+        )
+        inv = Invocation(
+            invocation_id,
+            snapshot,
+            self.make_gate(snapshot),
+            Transcript((UserMessage(user),), system),
+            kind,
+            revision_of,
+        )
+        self.invocations.append(inv)
+        self.record["invocations"] = [i.record() for i in self.invocations]
+        self.save_record()
+        return inv
+
+    def revise(self, instruction: str) -> Invocation:
+        """An output revision: a new invocation that reuses the root snapshot (R1.5)."""
+        root = self.invocations[0]
+        prompt = json.loads(prompt_path(self.run_dir, root.id).read_text(encoding="utf-8"))
+        user = f"{prompt['user']}\n\n## Revision\n{instruction}"
+        inv_id = f"inv_{secrets.token_hex(6)}"
+        return self.add_invocation(
+            inv_id, root.snapshot, prompt["system"], user, kind="revision", revision_of=root.id
+        )
+
+    def make_gate(self, snapshot: ToolSnapshot) -> ToolRequestGate:
+        seed = self.record.get("seed")
+        return ToolRequestGate(
+            snapshot,
+            Dispatcher(self.catalog),
+            result_files=DirectoryResultFiles(self.workspace.root),
+            run_id=self.id,
+            rng=random.Random(seed),
+            workspace=self.workspace,
+            chat=self.chat,
+        )
+
+    def save_record(self) -> None:
+        _write_json(self.run_dir / RUN_FILE, self.record)
+
+    # ------------------------------------------------------------ reopening
+
+    @classmethod
+    def open(cls, data: DataRoot, catalog: ToolCatalog, run_dir: Path) -> Run:
+        """A run as recorded; each invocation holds its first prompt, the journal the rest."""
+        try:
+            record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RunNotFound(f"{run_dir} is not a run folder (no {RUN_FILE})") from None
+        profile = Profile.from_json(record["profile"], f"{run_dir / RUN_FILE}")
+        scene = Scene(record["scene"])
+        run_id = record["runId"]
+        chat_run: ChatRun | None = None
+        if scene is Scene.CHAT:
+            run_input = ChatRunInput.load(run_dir)
+            if run_input is None or not record.get("chatFile"):
+                raise RunNotFound(f"{run_dir}: the chat input is missing")
+            ws = data.chat_run(
+                run_input.stable_chat_id, run_id, profile, chat_floor_count=run_input.floor_count
+            )
+            repo = FileChatRepository(Path(record["chatFile"]))
+            chat_run = ChatRun(repo, run_input, run_id=run_id, profile_id=profile.id)
+        else:
+            ws = data.session(record.get("session") or "default", profile)
+        run = cls(run_id, run_dir, data, catalog, record, profile, ws, chat_run)
+        if (run_dir / PERSIST_FILE).exists():
+            base = json.loads((run_dir / PERSIST_FILE).read_text(encoding="utf-8"))
+            run.persist_base = PersistBase(base.get("version"), base["sha"])
+        for entry in record["invocations"]:
+            snapshot = ToolSnapshot.load(snapshot_path(run_dir, entry["snapshotId"]))
+            prompt = json.loads(prompt_path(run_dir, entry["id"]).read_text(encoding="utf-8"))
+            run.invocations.append(
+                Invocation(
+                    entry["id"],
+                    snapshot,
+                    run.make_gate(snapshot),
+                    Transcript((UserMessage(prompt["user"]),), prompt["system"]),
+                    entry.get("kind", "root"),
+                    entry.get("revisionOf"),
+                )
+            )
+        return run
+
+
+def find_run(data: DataRoot, run_id: str) -> Path:
+    """The folder of a run by id, ``last`` for the newest, or a path to a run folder."""
+    if run_id == "last":
+        found = all_runs(data)
+        if not found:
+            raise RunNotFound(f"no runs under {data.path}")
+        return found[-1]
+    given = Path(run_id)
+    if (given / RUN_FILE).is_file():
+        return given
+    for pattern in (f"chats/*/runs/{run_id}", f"sessions/*/runs/{run_id}"):
+        for path in data.path.glob(pattern):
+            if (path / RUN_FILE).is_file():
+                return path
+    raise RunNotFound(f"no run {run_id!r} under {data.path}")
+
+
+def all_runs(data: DataRoot) -> list[Path]:
+    found = [
+        p.parent
+        for pattern in ("chats/*/runs/*/run.json", "sessions/*/runs/*/run.json")
+        for p in data.path.glob(pattern)
+    ]
+    return sorted(found, key=lambda p: p.name)

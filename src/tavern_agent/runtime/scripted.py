@@ -1,0 +1,103 @@
+"""A scripted model: the test double for :class:`~tavern_agent.providers.gateway.ModelGateway`.
+
+A model cannot run on the machines this project is tested on, so tests,
+benchmarks and the kill harness drive runs with a list of turns: turn N
+answers the run's request N (so a resumed process gets the same answers).
+Each turn is an assistant text and tool calls given as ``(name, arguments)``;
+arguments may be a dict (sent as JSON text) or a raw string (sent as is).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tavern_agent.core.calls import ToolCall
+from tavern_agent.providers.gateway import ModelError, ModelReply, ModelRequest
+from tavern_agent.providers.transcript import (
+    AssistantMessage,
+    DecodedResponse,
+    FinishReason,
+    RecordedCall,
+)
+
+CallSpec = tuple[str, Mapping[str, Any] | str]
+
+
+@dataclass(frozen=True)
+class Turn:
+    text: str = ""
+    calls: tuple[CallSpec, ...] = ()
+    truncated: bool = False
+
+    def message(self, round: int) -> AssistantMessage:
+        recorded = tuple(
+            RecordedCall(
+                ToolCall(
+                    f"call_r{round}_{i}",
+                    name,
+                    args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+                )
+            )
+            for i, (name, args) in enumerate(self.calls)
+        )
+        if self.truncated:
+            finish = FinishReason.LENGTH
+        else:
+            finish = FinishReason.TOOL_CALLS if recorded else FinishReason.STOP
+        return AssistantMessage(self.text, recorded, finish)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "calls": [[n, a] for n, a in self.calls]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Turn:
+        return cls(data.get("text", ""), tuple((n, a) for n, a in data.get("calls", ())))
+
+
+def call(name: str, args: Mapping[str, Any] | str | None = None) -> Turn:
+    """A turn with one call."""
+    return Turn(calls=((name, {} if args is None else args),))
+
+
+def calls(*specs: CallSpec, text: str = "") -> Turn:
+    return Turn(text, tuple(specs))
+
+
+def say(text: str) -> Turn:
+    return Turn(text)
+
+
+Script = Sequence[Turn | Callable[[ModelRequest], Turn]]
+
+
+@dataclass
+class ScriptedGateway:
+    """Answers request N with ``turns[N-1]`` (a :class:`Turn` or a function of the request)."""
+
+    turns: Script
+    delay: float = 0.0  # seconds per answer, as a model's latency
+    requests: list[ModelRequest] = field(default_factory=list)
+
+    async def respond(self, request: ModelRequest) -> ModelReply:
+        self.requests.append(request)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if request.round > len(self.turns):
+            raise ModelError(f"the script has no turn {request.round}")
+        entry = self.turns[request.round - 1]
+        turn = entry if isinstance(entry, Turn) else entry(request)
+        message = turn.message(request.round)
+        return ModelReply(DecodedResponse(message, message.finish.value), {"scripted": True})
+
+    async def aclose(self) -> None:
+        return None
+
+    @classmethod
+    def load(cls, path: Path, delay: float = 0.0) -> ScriptedGateway:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return cls([Turn.from_json(t) for t in data["turns"]], delay)

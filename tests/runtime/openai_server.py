@@ -1,0 +1,102 @@
+"""A tiny OpenAI-compatible chat completions server on 127.0.0.1 that streams tool calls.
+
+It answers ``POST /v1/chat/completions`` with server-sent events. Which turn it
+plays is the number of assistant messages in the request's history, so the
+answer follows the conversation, as a real server's would. ``fail_first``
+makes the first N requests answer 503 (to exercise retries). Every request
+body is kept in ``bodies``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+CallSpec = tuple[str, dict[str, Any]]
+
+
+class OpenAIServer:
+    def __init__(
+        self, turns: Sequence[Sequence[CallSpec]], *, fail_first: int = 0, hang: bool = False
+    ) -> None:
+        self.turns = list(turns)
+        self.hang = hang
+        self.release = threading.Event()
+        self.fail_left = fail_first
+        self.bodies: list[dict[str, Any]] = []
+        self.auth: list[str | None] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                body = json.loads(self.rfile.read(length))
+                server.bodies.append(body)
+                server.auth.append(self.headers.get("authorization"))
+                if self.path != "/v1/chat/completions":
+                    self.send_error(404)
+                    return
+                if server.fail_left > 0:
+                    server.fail_left -= 1
+                    self.send_response(503)
+                    self.send_header("content-length", "0")
+                    self.send_header("retry-after", "0")
+                    self.end_headers()
+                    return
+                if server.hang:  # a model that never answers
+                    server.release.wait(30)
+                    return
+                turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
+                self.end_headers()
+                for chunk in stream(turn, server.turns[turn]):
+                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.close_connection = True
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def __enter__(self) -> OpenAIServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def stream(turn: int, calls: Sequence[CallSpec]) -> list[dict[str, Any]]:
+    """Chunks as llama.cpp / vLLM send them: id and name first, arguments in fragments."""
+    base = {"id": f"chatcmpl-{turn}", "object": "chat.completion.chunk", "model": "local"}
+    chunks: list[dict[str, Any]] = [
+        base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]}
+    ]
+    for index, (name, args) in enumerate(calls):
+        text = json.dumps(args)
+        head = {"index": index, "id": f"call_{turn}_{index}", "type": "function"}
+        head["function"] = {"name": name, "arguments": ""}
+        chunks.append(base | {"choices": [{"index": 0, "delta": {"tool_calls": [head]}}]})
+        for start in range(0, len(text), 7):
+            piece = {"index": index, "function": {"arguments": text[start : start + 7]}}
+            chunks.append(base | {"choices": [{"index": 0, "delta": {"tool_calls": [piece]}}]})
+    chunks.append(base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    chunks.append(base | {"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
+    return chunks

@@ -1,0 +1,116 @@
+"""``tavern-agent run`` / ``runs``, as real processes: the example replays offline."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.runtime.openai_server import OpenAIServer
+from tests.test_cli import run
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+REPLY = "the cold, moss-slick water climbs to your knees"
+
+
+def example_args(tmp_path: Path) -> list[str]:
+    chat = tmp_path / "chat.jsonl"
+    shutil.copyfile(EXAMPLES / "chat.jsonl", chat)
+    return [
+        "run",
+        str(chat),
+        "--character",
+        str(EXAMPLES / "seraphina-card.json"),
+        "--world",
+        str(EXAMPLES / "eldoria-world.json"),
+        "--profile",
+        str(EXAMPLES / "profile.json"),
+        "--replay",
+        str(EXAMPLES / "recorded-run"),
+        "--seed",
+        "7",
+    ]
+
+
+def test_the_example_replays_offline_and_prints_the_committed_message(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    proc = run(*example_args(tmp_path), data_dir=data)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for name in (
+        "chat_search",
+        "chat_read_messages",
+        "worldinfo_read_activated",
+        "dice_roll",
+        "workspace_write_file",
+        "workspace_search_files",
+        "workspace_read_file",
+        "workspace_apply_patch",
+        "workspace_commit",
+        "workspace_finish",
+    ):
+        assert f"✓ {name}" in out, name
+    assert "round 7" in out and "completed" in out
+    assert "Committed message (floor 4):" in out and REPLY in out
+    chat_lines = (tmp_path / "chat.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(chat_lines) == 6 and REPLY in json.loads(chat_lines[-1])["mes"]
+
+    listed = run("runs", "list", "--json", data_dir=data)
+    rows = json.loads(listed.stdout)
+    assert [r["status"] for r in rows] == ["completed"] and rows[0]["commits"] == 1
+    shown = run("runs", "show", "last", data_dir=data)
+    assert shown.returncode == 0 and "commit_confirmed" in shown.stdout
+    assert "workspace_apply_patch" in shown.stdout and "run_completed" in shown.stdout
+    events = json.loads(run("runs", "show", rows[0]["runId"], "--json", data_dir=data).stdout)
+    assert events[0]["type"] == "run_started" and events[-1]["type"] == "run_completed"
+
+
+def test_run_json_output_and_resume_of_a_finished_run(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    proc = run(*example_args(tmp_path), "--json", data_dir=data)
+    assert proc.returncode == 0, proc.stderr
+    outcome = json.loads(proc.stdout)
+    assert outcome["status"] == "completed" and REPLY in outcome["committedMessage"]
+    again = run("run", "--resume", outcome["runId"], "--json", data_dir=data)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["status"] == "completed"  # nothing is repeated
+    lines = (tmp_path / "chat.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 6
+
+
+def test_run_needs_a_model_or_a_replay(tmp_path: Path) -> None:
+    chat = tmp_path / "c.jsonl"
+    shutil.copyfile(EXAMPLES / "chat.jsonl", chat)
+    proc = run("run", str(chat), data_dir=tmp_path / "data")
+    assert proc.returncode == 2 and "--model" in proc.stderr
+
+
+def test_ctrl_c_cancels_and_the_journal_records_it(tmp_path: Path) -> None:
+    chat = tmp_path / "chat.jsonl"
+    shutil.copyfile(EXAMPLES / "chat.jsonl", chat)
+    data = tmp_path / "data"
+    with OpenAIServer([], hang=True) as server:
+        command = [sys.executable, "-m", "tavern_agent", "--data-dir", str(data), "run"]
+        command += [str(chat), "--model", "local", "--base-url", server.base_url]
+        proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        while not server.bodies:  # the run is waiting for the model
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "cancelled" in out and "--resume" in out
+    journal = next(data.glob("chats/*/runs/*/events.jsonl"))
+    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert events[-1]["type"] == "run_cancelled"
+    assert events[-1]["payload"]["errorCode"] == "run.cancelled"
