@@ -48,6 +48,7 @@ from pydantic_ai.tool_manager import ToolManager
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai.usage import RunUsage
 
+from tavern_agent.core import schema_adapt
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene, ToolDescriptor
 from tavern_agent.core.ids import ToolId
@@ -388,17 +389,29 @@ async def _noop_handler(args: dict[str, Any], ctx: CallContext) -> ExternalRecei
     return ExternalReceipt("ok")
 
 
-def measure_snapshots(reps: int) -> tuple[int, dict[ModelProtocol, list[float]]]:
-    """Build the 1,000-tool snapshot ``reps`` times per protocol (after one warm build)."""
+def measure_snapshots(
+    reps: int,
+) -> tuple[int, dict[ModelProtocol, list[float]], dict[ModelProtocol, float]]:
+    """Build the 1,000-tool snapshot ``reps`` times per protocol (after one cold build).
+
+    The cold build starts without the caches a long-lived catalog keeps (the
+    profile's parsed ToolIds, adapted Gemini schemas, compiled checks), the way
+    the first invocation of a process meets them.
+    """
     source = InMemoryToolSource()
     for d in external_descriptors(EXTERNAL_TOOLS):
         source.add(d, _noop_handler)
     catalog = ToolCatalog(builtin_registry(), mcp=source)
     profile = Profile.allowing([d.tool_id for d in catalog.descriptors(Scene.CHAT)], "bench")
     timings: dict[ModelProtocol, list[float]] = {p: [] for p in ModelProtocol}
+    cold: dict[ModelProtocol, float] = {}
     tool_count = 0
     for protocol in ModelProtocol:
-        snap: ToolSnapshot = build_snapshot(catalog, profile, Scene.CHAT, protocol, "warm")
+        schema_adapt._GEMINI_CACHE.clear()
+        fresh = Profile.model_validate(profile.model_dump())
+        t0 = time.perf_counter_ns()
+        snap: ToolSnapshot = build_snapshot(catalog, fresh, Scene.CHAT, protocol, "cold")
+        cold[protocol] = (time.perf_counter_ns() - t0) / 1e6
         tool_count = len(snap.bindings)
     for rep in range(reps):
         for protocol in ModelProtocol:
@@ -406,7 +419,7 @@ def measure_snapshots(reps: int) -> tuple[int, dict[ModelProtocol, list[float]]]
             t0 = time.perf_counter_ns()
             build_snapshot(catalog, profile, Scene.CHAT, protocol, f"inv_{rep}")
             timings[protocol].append((time.perf_counter_ns() - t0) / 1e6)
-    return tool_count, timings
+    return tool_count, timings, cold
 
 
 # ---------------------------------------------------------------- report
@@ -506,19 +519,26 @@ def print_call_goals(ours: Row, others: Sequence[Row], baseline: Row) -> None:
     print(f"goal: gate faster than both: {_verdict(faster)} (their median / ours: {ratios})")
 
 
-def print_snapshot_table(timings: dict[ModelProtocol, list[float]]) -> None:
-    """Median, min and max build time per protocol, and the sum of the medians."""
+def print_snapshot_table(
+    timings: dict[ModelProtocol, list[float]], cold: dict[ModelProtocol, float]
+) -> None:
+    """Cold build, then median, min and max per protocol, and the sums."""
     goal = f"goal < {SNAPSHOT_GOAL_MS:.0f} ms"
-    print(f"{'protocol':<18} {'median ms':>10} {'min ms':>8} {'max ms':>8}   {goal}")
-    total = 0.0
+    print(
+        f"{'protocol':<18} {'cold ms':>8} {'median ms':>10} {'min ms':>8} {'max ms':>8}   "
+        f"{goal} (median / cold)"
+    )
+    total = cold_total = 0.0
     for protocol, values in timings.items():
         med = statistics.median(values)
         total += med
+        cold_total += cold[protocol]
         print(
-            f"{protocol.value:<18} {med:>10.2f} {min(values):>8.2f} {max(values):>8.2f}   "
-            f"{_verdict(med < SNAPSHOT_GOAL_MS)}"
+            f"{protocol.value:<18} {cold[protocol]:>8.2f} {med:>10.2f} {min(values):>8.2f} "
+            f"{max(values):>8.2f}   {_verdict(med < SNAPSHOT_GOAL_MS)} / "
+            f"{_verdict(cold[protocol] < SNAPSHOT_GOAL_MS)}"
         )
-    print(f"{'all four':<18} {total:>10.2f}")
+    print(f"{'all four':<18} {cold_total:>8.2f} {total:>10.2f}")
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -550,13 +570,13 @@ async def main_async(args: argparse.Namespace) -> None:
     print_call_goals(rows[0], rows[1:], base)
     print()
 
-    tool_count, timings = measure_snapshots(reps)
+    tool_count, timings, cold = measure_snapshots(reps)
     print(
         f"2. build_snapshot of {EXTERNAL_TOOLS:,} MCP tools ({tool_count:,} bindings with the "
-        f"built-ins), median of {reps} builds after one warm build per protocol"
+        f"built-ins): the first build with empty caches, then the median of {reps} builds"
     )
     print()
-    print_snapshot_table(timings)
+    print_snapshot_table(timings, cold)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
