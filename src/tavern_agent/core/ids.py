@@ -32,6 +32,12 @@ class ToolKind(StrEnum):
     EXTENSION = "extension"
 
 
+# Profiles, snapshots and records parse the same ids again and again; ToolIds
+# are immutable, so one parse per distinct string is enough.
+_PARSED: dict[str, ToolId] = {}
+_PARSED_MAX = 65_536
+
+
 class InvalidToolId(ValueError):
     """A ToolId string that does not follow one of the three forms."""
 
@@ -65,6 +71,16 @@ class ToolId:
     @classmethod
     def parse(cls, text: str) -> ToolId:
         """Parse ``text``; raise :class:`InvalidToolId` naming the bad part."""
+        found = _PARSED.get(text) if isinstance(text, str) else None
+        if found is None:
+            found = cls._parse(text)
+            if len(_PARSED) >= _PARSED_MAX:
+                _PARSED.clear()
+            _PARSED[text] = found
+        return found
+
+    @classmethod
+    def _parse(cls, text: str) -> ToolId:
         if not isinstance(text, str):
             raise InvalidToolId(f"ToolId must be a string, got {type(text).__name__}")
         provider, sep, name = text.partition(":")

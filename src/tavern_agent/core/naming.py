@@ -9,6 +9,7 @@ allows. Names are assigned in ToolId order and a collision gets ``__2``,
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import unicodedata
@@ -115,6 +116,7 @@ def builtin_model_name(tool_id: ToolId) -> str:
     return tool_id.name.replace(".", "_")
 
 
+@functools.lru_cache(maxsize=16_384)
 def normalize_segment(text: str, rule: NameRule) -> str:
     """Map ``text`` onto the rule's characters; unreadable text becomes a short hash."""
     if not text.isascii():
