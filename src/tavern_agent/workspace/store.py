@@ -314,9 +314,12 @@ class Workspace:
                     ffd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
                 except OSError:
                     continue  # vanished or swapped for a link since the scan
-                with os.fdopen(ffd, "rb") as handle:
-                    if os.fstat(handle.fileno()).st_size <= max_bytes:
-                        yield child, handle.read()
+                try:
+                    data = _read_at_most(ffd, max_bytes)
+                finally:
+                    os.close(ffd)
+                if data is not None:
+                    yield child, data
 
     def kind_or_none(self, path: str) -> str | None:
         """Like :meth:`kind`, but a link is simply absent."""
@@ -376,6 +379,22 @@ class Workspace:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
+
+
+def _read_at_most(fd: int, max_bytes: int) -> bytes | None:
+    """The whole file behind ``fd``, or ``None`` when it is larger than ``max_bytes``."""
+    expected = os.fstat(fd).st_size
+    if expected > max_bytes:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    # Ask for one byte more than stat said, so a file that grew is read whole too.
+    while chunk := os.read(fd, max(expected - size, 0) + 1):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > max_bytes:
+            return None
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _is_link(dir_fd: int, name: str) -> bool:

@@ -86,6 +86,14 @@ def _sources(ws: Workspace, scope: str, explicit: bool) -> Iterator[tuple[str, b
     yield from itertools.islice(ws.read_tree(scope, MAX_DEPTH, MAX_FILE_BYTES, skip), MAX_FILES)
 
 
+_META = frozenset(b"\\.^$|?*+()[]{}")
+
+
+def plain_literal(pattern: bytes) -> bytes | None:
+    """The pattern itself when it is a case-sensitive literal without regex syntax."""
+    return pattern if pattern and not _META.intersection(pattern) else None
+
+
 def _cut(line: bytes, start: int) -> str:
     """The line around the first match, about LINE_CHARS characters."""
     if len(line) > LINE_CHARS * 4:
@@ -103,8 +111,12 @@ def _cut(line: bytes, start: int) -> str:
 def search(ws: Workspace, pattern: Any, scope: str, explicit: bool) -> ToolOutcome:
     hits: list[Hit] = []
     total = files_matched = searched = 0
+    literal = plain_literal(pattern.pattern)
     for path, data in _sources(ws, scope, explicit):
         searched += 1
+        # A plain literal is found by bytes.find (memchr speed) before RE2 runs.
+        if literal is not None and literal not in data:
+            continue
         first = pattern.search(data)
         if first is None or b"\0" in data[:8192]:
             continue
