@@ -25,8 +25,9 @@ from tavern_agent.chat.activation import (
     activate,
 )
 from tavern_agent.chat.formats import ChatFile, WorldBook
+from tavern_agent.chat.index_store import load_or_build
 from tavern_agent.chat.repository import ChatCommit, ChatRepository, CommitReceipt
-from tavern_agent.chat.search import ChatIndex, Doc
+from tavern_agent.chat.search import ChatIndex
 
 if TYPE_CHECKING:
     from tavern_agent.core.results import CommitRequested
@@ -159,7 +160,9 @@ class ChatRun:
     """The chat side of one run, as chat tools see it through ``CallContext.chat``.
 
     ``allow_commit`` is false for child agents. The loaded chat and its search
-    index are cached and reloaded only when the file changes.
+    index are cached and reloaded only when the file changes. With ``index_dir``
+    (the chat workspace's mount folder) the search index is also saved there and
+    reused by later runs on the same chat (:mod:`tavern_agent.chat.index_store`).
     """
 
     repository: ChatRepository
@@ -167,6 +170,7 @@ class ChatRun:
     run_id: str = ""
     profile_id: str = ""
     allow_commit: bool = True
+    index_dir: Path | None = None
     _cache: tuple[Any, ChatFile, ChatIndex | None] | None = field(default=None, repr=False)
 
     def _stamp(self) -> Any:
@@ -188,7 +192,7 @@ class ChatRun:
         assert self._cache is not None
         index = self._cache[2]
         if index is None:
-            index = ChatIndex([Doc(m.mes, m.role, m.hidden) for m in chat.messages])
+            index = load_or_build(chat, self.index_dir)
             self._cache = (self._cache[0], chat, index)
         return index
 
