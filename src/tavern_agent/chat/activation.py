@@ -39,6 +39,15 @@ The rules kept, in the order they apply:
 Not modelled: timed effects (sticky, cooldown, delay), ``delayUntilRecursion``,
 min-activations, group scoring, vector matching, character filters and
 generation-type triggers.
+
+Speed (none of it changes which entries activate): a lorebook is compiled once
+and the plan kept while its entries' key fields stay the same (``_plan``); a
+plain key can only occur where its first, middle and last trigrams do, so a
+pass looks only at entries with a key whose trigrams are all in the text
+(found for all keys at once through a trigram table), plus constant entries
+and those with regex or short keys; regex keys that only look at the
+characters they match resume their search near the end of a text they already
+failed on, since the recursion buffer only grows by appending.
 """
 
 from __future__ import annotations

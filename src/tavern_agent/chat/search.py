@@ -7,7 +7,11 @@ of letters and digits. A one-character CJK query term matches every indexed
 bigram that contains it.
 
 The index is built once per loaded chat (inverted lists of ``(floor, tf)``)
-and answers a query in time proportional to the matching postings.
+and answers a query in time proportional to the matching postings. Building
+it keeps per-token work in C (``str.translate`` / ``re.findall`` to tokenise,
+``map`` over ``list.append`` to collect, ``Counter`` per term for the term
+frequencies); :mod:`tavern_agent.chat.index_store` saves it beside the chat
+mount so later runs load it instead.
 """
 
 from __future__ import annotations
