@@ -170,7 +170,10 @@ async def main(floors: int) -> None:
         # The chat grew by 1,000 floors since: the saved index is updated, not rebuilt.
         grown = ChatFile(chat.header, list(chat.messages), chat.header_line)
         vocab = vocabulary(random.Random(42))
-        grown.messages += [new_message("Seraphina", floor_text(rng, vocab, i)) for i in range(1000)]
+        more = random.Random(7)  # not `rng`: the lorebook below stays the one of earlier runs
+        grown.messages += [
+            new_message("Seraphina", floor_text(more, vocab, i)) for i in range(1000)
+        ]
         path.write_bytes(grown.encode())
         cold_grown = await call(new_run(), "chat_search", {"query": "森林 神殿"})
         print(f"load (parse {size / 1e6:,.0f} MB JSONL):          {ms(load)}")
