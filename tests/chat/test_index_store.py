@@ -143,3 +143,38 @@ def test_no_folder_to_save_in_is_not_an_error(tmp_path: Path) -> None:
     blocker.write_text("a file where the folder would be")
     index = index_store.load_or_build(chat, blocker / "mount")
     assert [h.floor for h in index.search("zeppelin", limit=5, end=2)] == [0]
+
+
+async def test_with_a_saved_index_only_used_floors_are_parsed(tmp_path: Path) -> None:
+    chat_texts = [*texts(30), "the zeppelin landed", "and the crew cheered"]
+    path = write_chat(tmp_path / "c.jsonl", chat_texts, hidden=frozenset({3}))
+    first = ChatAgent(tmp_path / "data", path)
+    await floors(first, "zeppelin")
+    eager = parse_chat(path.read_bytes())
+
+    later = ChatAgent(tmp_path / "data", path, run_id="run_2")
+    found = await later("chat_search", query="zeppelin crew", role="user")
+    assert (
+        found.structured
+        == (await first("chat_search", query="zeppelin crew", role="user")).structured
+    )
+    read = await later("chat_read_messages", floors=[{"floor": 3}, {"floor": 31}])
+    assert "hidden" in read.content and "crew cheered" in read.content
+    chat = later.chat.chat()
+    parsed = {i for i, m in enumerate(chat.messages) if m._raw is not None}
+    assert {3, 30, 31} >= parsed >= {3, 31}  # the floors shown, nothing else
+    assert chat.messages == eager.messages  # parsing on use gives the same messages
+    assert chat.encode() == path.read_bytes()
+
+
+async def test_a_broken_new_line_still_makes_the_chat_unreadable(tmp_path: Path) -> None:
+    path = write_chat(tmp_path / "c.jsonl", [*texts(10), "the zeppelin landed"])
+    first = ChatAgent(tmp_path / "data", path)
+    await floors(first, "zeppelin")
+    later = ChatAgent(tmp_path / "data", path, run_id="run_2")
+    with path.open("ab") as handle:
+        handle.write(b'\n{"name": "User", "mes": "cut off')
+    result = await later("chat_search", query="zeppelin")
+    assert result.is_error and result.error_code == "chat.not_found"
+    read = await later("chat_read_messages", floors=[{"floor": 0}])
+    assert read.is_error and read.error_code == "chat.not_found"

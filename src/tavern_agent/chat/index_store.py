@@ -33,7 +33,7 @@ from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
-from tavern_agent.chat.formats import ChatFile, ChatMessage
+from tavern_agent.chat.formats import ChatFile, ChatMessage, parse_chat
 from tavern_agent.chat.search import ChatIndex, Doc
 
 FILE = "search-index.bin"
@@ -127,13 +127,43 @@ def _common_prefix(a: Sequence[bytes], b: Sequence[bytes]) -> int:
     return lo
 
 
-def load_or_build(chat: ChatFile, folder: Path | None) -> ChatIndex:
-    """The search index of ``chat``, through the copy saved in ``folder`` when there is one."""
+Saved = tuple[ChatIndex, list[bytes]]
+
+
+def read_chat(path: Path, folder: Path) -> tuple[ChatFile, list[bytes], Saved | None]:
+    """The chat file, its floor digests and the saved index.
+
+    Lines whose digest the saved index holds were parsed when it was built, so
+    they are left to be parsed when a tool uses them: with a saved index, a run
+    parses only the floors it reads and the lines that changed.
+    """
+    saved = load(folder / FILE)
+    seen = frozenset(saved[1]) if saved is not None else frozenset()
+    digests: list[bytes] = []
+
+    def known(line: bytes) -> bool:
+        digest = hashlib.sha1(line).digest()
+        digests.append(digest)
+        return digest in seen
+
+    chat = parse_chat(path.read_bytes(), known=known)
+    return chat, digests, saved
+
+
+def load_or_build(
+    chat: ChatFile,
+    folder: Path | None,
+    *,
+    prepared: tuple[list[bytes], Saved | None] | None = None,
+) -> ChatIndex:
+    """The search index of ``chat``, through the copy saved in ``folder`` when there is one.
+
+    ``prepared`` is what :func:`read_chat` gave besides the chat, when it read it.
+    """
     if folder is None:
         return ChatIndex(docs(chat.messages))
     path = folder / FILE
-    digests = floor_digests(chat)
-    saved = load(path)
+    digests, saved = prepared if prepared is not None else (floor_digests(chat), load(path))
     if saved is not None:
         index, old = saved
         keep = _common_prefix(old, digests)

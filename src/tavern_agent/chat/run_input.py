@@ -25,8 +25,13 @@ from tavern_agent.chat.activation import (
     activate,
 )
 from tavern_agent.chat.formats import ChatFile, WorldBook
-from tavern_agent.chat.index_store import load_or_build
-from tavern_agent.chat.repository import ChatCommit, ChatRepository, CommitReceipt
+from tavern_agent.chat.index_store import Saved, load_or_build, read_chat
+from tavern_agent.chat.repository import (
+    ChatCommit,
+    ChatRepository,
+    CommitReceipt,
+    FileChatRepository,
+)
 from tavern_agent.chat.search import ChatIndex
 
 if TYPE_CHECKING:
@@ -172,6 +177,7 @@ class ChatRun:
     allow_commit: bool = True
     index_dir: Path | None = None
     _cache: tuple[Any, ChatFile, ChatIndex | None] | None = field(default=None, repr=False)
+    _prepared: tuple[list[bytes], Saved | None] | None = field(default=None, repr=False)
 
     def _stamp(self) -> Any:
         path = getattr(self.repository, "path", None)
@@ -184,7 +190,12 @@ class ChatRun:
         """The chat file now (``FileNotFoundError`` if it is gone)."""
         stamp = self._stamp()
         if self._cache is None or stamp is None or self._cache[0] != stamp:
-            self._cache = (stamp, self.repository.load(), None)
+            if self.index_dir is not None and isinstance(self.repository, FileChatRepository):
+                chat, digests, saved = read_chat(self.repository.path, self.index_dir)
+                self._prepared = (digests, saved)
+            else:
+                chat, self._prepared = self.repository.load(), None
+            self._cache = (stamp, chat, None)
         return self._cache[1]
 
     def index(self) -> ChatIndex:
@@ -192,8 +203,8 @@ class ChatRun:
         assert self._cache is not None
         index = self._cache[2]
         if index is None:
-            index = load_or_build(chat, self.index_dir)
-            self._cache = (self._cache[0], chat, index)
+            index = load_or_build(chat, self.index_dir, prepared=self._prepared)
+            self._cache, self._prepared = (self._cache[0], chat, index), None
         return index
 
     @property
