@@ -3,7 +3,10 @@
 * a 100,000-floor SillyTavern chat (about 100 MB of JSONL; one floor in ten is
   Chinese or Japanese) is written to a temporary folder;
 * **cold search**: the first ``chat_search`` call of a run, which loads the file
-  and builds the BM25 index (load and index are also shown on their own);
+  and builds the BM25 index (load and index are also shown on their own): in the
+  first run ever on the chat (which also saves the index beside the chat mount),
+  in a later run (which loads the saved index), and in a run after 1,000 floors
+  were appended (which updates the saved index);
 * **warm search**: the median of 30 further, different queries;
 * **read_messages**: the median of 30 calls reading 5 floors each;
 * **activation**: a 5,000-entry lorebook (2-3 keys per entry, some whole-word,
@@ -28,9 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from tavern_agent.chat.activation import ScanMessage, activate
-from tavern_agent.chat.formats import parse_world
+from tavern_agent.chat.formats import ChatFile, new_message, parse_world
+from tavern_agent.chat.index_store import docs
 from tavern_agent.chat.repository import FileChatRepository
 from tavern_agent.chat.run_input import ChatRun, freeze
+from tavern_agent.chat.search import ChatIndex
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
@@ -131,11 +136,14 @@ async def main(floors: int) -> None:
         catalog = ToolCatalog(builtin_registry())
         profile = Profile.allowing([d.tool_id for d in catalog.descriptors(Scene.CHAT)])
         snap = build_snapshot(catalog, profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "bench")
-        chat_run = ChatRun(FileChatRepository(path), run_input)
-        gate = ToolRequestGate(snap, Dispatcher(catalog), chat=chat_run)
+        mount = Path(tmp) / "mount"  # where a real run keeps the chat mount and saved index
         n = 0
 
-        async def call(name: str, args: dict[str, Any]) -> float:
+        def new_run() -> ToolRequestGate:
+            chat_run = ChatRun(FileChatRepository(path), run_input, index_dir=mount)
+            return ToolRequestGate(snap, Dispatcher(catalog), chat=chat_run)
+
+        async def call(gate: ToolRequestGate, name: str, args: dict[str, Any]) -> float:
             nonlocal n
             n += 1
             start = time.perf_counter()
@@ -144,21 +152,36 @@ async def main(floors: int) -> None:
             assert not result.result.is_error, result.result.content
             return elapsed
 
-        cold = await call("chat_search", {"query": "森林 神殿"})
+        # First run ever on this chat: load, build the index, save it beside the mount.
+        cold = await call(new_run(), "chat_search", {"query": "森林 神殿"})
         t0 = time.perf_counter()
-        chat_run._cache = None
-        chat_run.index()
+        ChatIndex(docs(chat.messages))
         rebuilt = time.perf_counter() - t0
+        # A later run on the same chat: load, then the saved index.
+        gate = new_run()
+        cold_saved = await call(gate, "chat_search", {"query": "森林 神殿"})
         queries = [" ".join(rng.sample(vocabulary(random.Random(42)), 2)) for _ in range(20)]
         queries += ["龙的宝藏", "古老的城堡", "酒馆の夜", "月光", "魔法"] * 2
-        warm = [await call("chat_search", {"query": q}) for q in queries]
+        warm = [await call(gate, "chat_search", {"query": q}) for q in queries]
         reads = []
         for _ in range(30):
             picks = [{"floor": rng.randrange(floors)} for _ in range(5)]
-            reads.append(await call("chat_read_messages", {"floors": picks}))
+            reads.append(await call(gate, "chat_read_messages", {"floors": picks}))
+        # The chat grew by 1,000 floors since: the saved index is updated, not rebuilt.
+        grown = ChatFile(chat.header, list(chat.messages), chat.header_line)
+        vocab = vocabulary(random.Random(42))
+        more = random.Random(7)  # not `rng`: the lorebook below stays the one of earlier runs
+        grown.messages += [
+            new_message("Seraphina", floor_text(more, vocab, i)) for i in range(1000)
+        ]
+        path.write_bytes(grown.encode())
+        cold_grown = await call(new_run(), "chat_search", {"query": "森林 神殿"})
         print(f"load (parse {size / 1e6:,.0f} MB JSONL):          {ms(load)}")
         print(f"index build (BM25, alone):             {ms(rebuilt)}")
-        print(f"cold chat_search (load + index + query): {ms(cold)}   goal < 3,000 ms")
+        print(f"cold chat_search, first run ever (load + index + save + query): {ms(cold)}")
+        print(f"cold chat_search, saved index (load + index file + query): {ms(cold_saved)}")
+        print(f"cold chat_search, saved index, 1,000 floors appended: {ms(cold_grown)}")
+        print("   goal < 3,000 ms")
         print(
             f"warm chat_search, median of {len(warm)}:        {ms(statistics.median(warm))}"
             f"   goal < 50 ms (max {ms(max(warm))})"
@@ -166,6 +189,9 @@ async def main(floors: int) -> None:
         print(f"chat_read_messages (5 floors), median: {ms(statistics.median(reads))}")
 
         book = parse_world(lorebook(rng, 5_000), "bench")
+        t0 = time.perf_counter()
+        activate([book], [ScanMessage(m.name, m.mes) for m in chat.messages[-50:]])
+        first = time.perf_counter() - t0
         window = [ScanMessage(m.name, m.mes) for m in chat.messages[-50:]]
         runs = []
         active = 0
@@ -175,7 +201,7 @@ async def main(floors: int) -> None:
             runs.append(time.perf_counter() - t0)
         print(
             f"activation, 5,000 entries x 50 messages, median of 20: {ms(statistics.median(runs))}"
-            f"   goal < 100 ms ({active} active)"
+            f"   goal < 100 ms ({active} active; first call, compiling the book: {ms(first)})"
         )
 
 

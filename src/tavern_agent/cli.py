@@ -390,10 +390,11 @@ def _chat_run(
         raise click.UsageError(str(exc)) from None
     stable = chat.stable_id(str(chat_file.resolve()))
     run_input = freeze(chat, stable, title=chat_file.stem, books=books, rng=random.Random(seed))
-    sync_floors(chat, data.chat_mount_dir(stable))
+    mount = data.chat_mount_dir(stable)
+    sync_floors(chat, mount)
     prepare_run_mount(root, run_input)
     run_input.save(root)
-    return ChatRun(repo, run_input, run_id="cli", profile_id=profile.id)
+    return ChatRun(repo, run_input, run_id="cli", profile_id=profile.id, index_dir=mount)
 
 
 @cli.group()

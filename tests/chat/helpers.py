@@ -152,11 +152,17 @@ class ChatAgent:
         self.workspace = data.chat_run(
             stable, run_id, profile, chat_floor_count=self.input.floor_count
         )
-        sync_floors(chat, data.chat_mount_dir(stable))
+        self.mount = data.chat_mount_dir(stable)
+        sync_floors(chat, self.mount)
         prepare_run_mount(self.workspace.root, self.input)
         self.input.save(self.workspace.root)
         self.chat = ChatRun(
-            self.repo, self.input, run_id=run_id, profile_id="writer", allow_commit=allow_commit
+            self.repo,
+            self.input,
+            run_id=run_id,
+            profile_id="writer",
+            allow_commit=allow_commit,
+            index_dir=self.mount,
         )
         self.gate = ToolRequestGate(
             snap,

@@ -39,14 +39,29 @@ The rules kept, in the order they apply:
 Not modelled: timed effects (sticky, cooldown, delay), ``delayUntilRecursion``,
 min-activations, group scoring, vector matching, character filters and
 generation-type triggers.
+
+Speed (none of it changes which entries activate): a lorebook is compiled once
+and the plan kept while its entries' key fields stay the same (``_plan``); a
+plain key can only occur where its first, middle and last trigrams do, so a
+pass looks only at entries with a key whose trigrams are all in the text
+(found for all keys at once through a trigram table), plus constant entries
+and those with regex or short keys; regex keys that only look at the
+characters they match resume their search near the end of a text they already
+failed on, since the recursion buffer only grows by appending.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
+import importlib
 import random
 import re
+import string
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from tavern_agent.chat.formats import AND_ALL, AND_ANY, NOT_ALL, NOT_ANY, WorldBook, WorldEntry
@@ -151,28 +166,99 @@ class ScanMessage:
 
 
 class _Grams:
-    """Character trigram sets of the texts scanned, computed once per text."""
+    """Per activation: character trigram sets of the texts scanned (once per text), and
+    for each regex key the last text it was searched in without a match."""
 
     def __init__(self) -> None:
         self._sets: dict[int, tuple[str, set[str]]] = {}
+        self.misses: dict[int, str] = {}
 
     def of(self, text: str) -> set[str]:
         found = self._sets.get(id(text))
         if found is None or found[0] is not text:
-            grams = {text[i : i + 3] for i in range(len(text) - 2)}
+            start, grams = 0, set()
+            for before, known in self._sets.values():  # a text the buffer has grown from
+                if len(before) > start and text.startswith(before):
+                    start, grams = len(before), known
+            grams = grams | {text[i : i + 3] for i in range(max(start - 2, 0), len(text) - 2)}
             found = self._sets[id(text)] = (text, grams)
         return found[1]
+
+
+_LOCAL_OPS = frozenset(
+    {"LITERAL", "NOT_LITERAL", "ANY", "IN", "SUBPATTERN", "BRANCH", "MAX_REPEAT"}
+    | {"MIN_REPEAT", "POSSESSIVE_REPEAT", "ATOMIC_GROUP"}
+)
+
+
+def _local(tree: Any) -> bool:
+    """No anchors, word boundaries, lookarounds or back references anywhere in the tree."""
+    for op, av in tree:
+        name = str(op)
+        if name not in _LOCAL_OPS:
+            return False
+        if name == "SUBPATTERN" and not _local(av[3]):
+            return False
+        if name == "BRANCH" and not all(_local(branch) for branch in av[1]):
+            return False
+        if name.endswith("_REPEAT") and not _local(av[2]):
+            return False
+        if name == "ATOMIC_GROUP" and not _local(av):
+            return False
+    return True
+
+
+def _reach(pattern: str, flags: int) -> int | None:
+    """The longest text a regex can match, if it is bounded and the regex is local.
+
+    A local regex matches at a position or not by the characters it matches alone, so
+    once it found nothing in a text, it can only find something in a longer text with
+    that prefix in a match ending past the old end: the search can start ``reach - 1``
+    characters before it. (The recursion buffer only ever grows that way.)
+    """
+    try:
+        parser: Any = importlib.import_module("re._parser")
+        tree = parser.parse(pattern, flags)
+        if not _local(tree):
+            return None
+        high = int(tree.getwidth()[1])
+    except Exception:  # another Python's parser: just search whole texts
+        return None
+    return high if high <= 4096 else None
+
+
+_ASCII_WORD = frozenset(string.ascii_letters + string.digits + "_")
+
+
+def _has_word(text: str, key: str) -> bool:
+    r"""``re.search(rf"(?:^|\W)({re.escape(key)})(?:$|\W)", text, re.ASCII)``, faster.
+
+    The regex matches where ``key`` occurs with a non-word character or the start of the
+    text before it, and a non-word character or the end after it (a final newline is a
+    non-word character too, so ``$`` before one adds nothing).
+    """
+    end = len(key)
+    at = text.find(key)
+    while at >= 0:
+        if (at == 0 or text[at - 1] not in _ASCII_WORD) and (
+            at + end == len(text) or text[at + end] not in _ASCII_WORD
+        ):
+            return True
+        at = text.find(key, at + 1)
+    return False
 
 
 class _Key:
     """One compiled key: a regex, or plain text with its matching options."""
 
-    __slots__ = ("regex", "text", "word")
+    __slots__ = ("grams", "reach", "regex", "text", "word")
 
     def __init__(self, key: str, case_sensitive: bool, whole_words: bool) -> None:
         self.regex: re.Pattern[str] | None = None
-        self.word = False  # regex is the whole-word form of a plain key
+        self.word = False  # a plain key matched as a whole word
         self.text = key if case_sensitive else key.lower()
+        self.grams: frozenset[str] | None = None  # trigrams every match holds (plain keys)
+        self.reach: int | None = None  # see ``_reach`` (regex keys)
         found = _REGEX_KEY.match(key)
         if found:
             flags = 0
@@ -180,29 +266,42 @@ class _Key:
                 flags |= {"i": re.IGNORECASE, "s": re.DOTALL, "m": re.MULTILINE}.get(flag, 0)
             try:
                 self.regex = re.compile(found.group(1), flags)
+                self.reach = _reach(found.group(1), flags)
                 return
             except re.error:
                 self.regex = None  # SillyTavern falls back to a plain key
         if whole_words and len(self.text.split()) <= 1:
-            self.regex = re.compile(rf"(?:^|\W)({re.escape(self.text)})(?:$|\W)", re.ASCII)
-            self.word = True
+            self.word = True  # SillyTavern's /(?:^|\W)(key)(?:$|\W)/: see ``_has_word``
+        if len(self.text) >= 3:
+            t, mid = self.text, len(self.text) // 2
+            self.grams = frozenset((t[:3], t[mid - 1 : mid + 2], t[-3:]))
 
     def matches(self, raw: str, folded: str, case_sensitive: bool, grams: _Grams) -> bool:
-        if (self.regex is None or self.word) and len(self.text) >= 3:
-            # A plain key can only occur if its trigrams do: a cheap, exact pre-check.
-            seen = grams.of(raw if case_sensitive else folded)
-            t, mid = self.text, len(self.text) // 2
-            if t[:3] not in seen or t[-3:] not in seen or t[mid - 1 : mid + 2] not in seen:
-                return False
-        if self.word and self.regex is not None:
-            return self.regex.search(raw if case_sensitive else folded) is not None
+        # A plain key can only occur if its trigrams do: a cheap, exact pre-check.
+        if self.grams is not None and not self.grams <= grams.of(raw if case_sensitive else folded):
+            return False
+        if self.word:
+            return _has_word(raw if case_sensitive else folded, self.text)
         if self.regex is not None:
-            return self.regex.search(raw) is not None
+            start = 0
+            missed = grams.misses.get(id(self))
+            if self.reach is not None and missed is not None and raw.startswith(missed):
+                start = max(len(missed) - self.reach + 1, 0)
+            if self.regex.search(raw, start) is not None:
+                return True
+            grams.misses[id(self)] = raw
+            return False
         return self.text in (raw if case_sensitive else folded)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _key(key: str, case_sensitive: bool, whole_words: bool) -> _Key:
+    """Compiled keys are shared between entries and calls (a key never changes)."""
+    return _Key(key, case_sensitive, whole_words)
+
+
 class _Compiled:
-    __slots__ = ("case_sensitive", "entry", "keys", "scan_depth", "secondary")
+    __slots__ = ("case_sensitive", "entry", "keyed", "keys", "scan_depth", "secondary")
 
     def __init__(self, entry: WorldEntry, settings: ActivationSettings) -> None:
         self.entry = entry
@@ -210,8 +309,13 @@ class _Compiled:
         self.case_sensitive = settings.case_sensitive if case is None else case
         whole = entry.match_whole_words
         whole = settings.match_whole_words if whole is None else whole
-        self.keys = [_Key(k, self.case_sensitive, whole) for k in entry.keys]
-        self.secondary = [_Key(k, self.case_sensitive, whole) for k in entry.secondary_keys]
+        keys = [_key(k, self.case_sensitive, whole) for k in entry.keys]
+        # Keys with trigrams first: they are cheap to rule out, and ``any`` is order-free.
+        self.keys = sorted(keys, key=lambda k: k.grams is None)
+        self.secondary = [_key(k, self.case_sensitive, whole) for k in entry.secondary_keys]
+        # True when every primary key has trigrams: the entry can only match a text that holds
+        # all the trigrams of one of its keys.
+        self.keyed = all(k.grams is not None for k in keys)
         depth = entry.scan_depth
         self.scan_depth = settings.scan_depth if depth is None else max(depth, 0)
 
@@ -232,6 +336,51 @@ class _Compiled:
         if logic == AND_ALL:
             return all(hits)
         return False
+
+
+class _Table:
+    """Trigram → the keys holding it, for the entries that scan one text."""
+
+    def __init__(self) -> None:
+        self.slots: dict[str, list[int]] = {}
+        self.need: list[int] = []  # per key: how many trigrams it has
+        self.owner: list[int] = []  # per key: its entry's place in the sorted list
+
+    def add(self, at: int, compiled: _Compiled) -> None:
+        for key in compiled.keys:
+            assert key.grams is not None
+            slot = len(self.need)
+            self.need.append(len(key.grams))
+            self.owner.append(at)
+            for gram in key.grams:
+                self.slots.setdefault(gram, []).append(slot)
+
+    def candidates(self, seen: set[str], state: _TableState) -> set[int]:
+        """The entries with a key all of whose trigrams are in ``seen``.
+
+        ``state`` holds the answer for an earlier, smaller trigram set (the recursion
+        buffer only grows), so only trigrams new since then are looked up.
+        """
+        if not state.grams <= seen:
+            state.grams, state.counts, state.found = set(), Counter(), set()
+        present = (seen - state.grams).intersection(self.slots)
+        state.grams = seen
+        hits = Counter(chain.from_iterable(map(self.slots.__getitem__, present)))
+        need, owner, counts = self.need, self.owner, state.counts
+        for slot, count in hits.items():
+            counts[slot] += count
+            if counts[slot] == need[slot]:
+                state.found.add(owner[slot])
+        return state.found
+
+
+class _TableState:
+    """One activation's progress through a ``_Table``."""
+
+    def __init__(self) -> None:
+        self.grams: set[str] = set()
+        self.counts: Counter[int] = Counter()
+        self.found: set[int] = set()
 
 
 class _Buffer:
@@ -263,6 +412,69 @@ class _Buffer:
         self._with_recursion.clear()
 
 
+# Fields of an entry that its compiled form and its place in a plan depend on; the others
+# (content, probability, groups…) are read from the entry on every activation.
+_PLANNED = (
+    "uid",
+    "key",
+    "keysecondary",
+    "caseSensitive",
+    "matchWholeWords",
+    "scanDepth",
+    "disable",
+    "constant",
+    "excludeRecursion",
+    "order",
+)
+_Plan = tuple[list[_Compiled], list[int], dict[tuple[int, bool, bool], _Table]]
+_PLANS: dict[tuple[tuple[int, ...], ActivationSettings], tuple[Any, Any, _Plan]] = {}
+_PLANS_KEPT = 8
+
+
+def _stamp(books: Sequence[WorldBook]) -> list[tuple[Any, ...]]:
+    """What the plan of ``books`` depends on; compared (not hashed) with a deep copy."""
+    return [
+        (entry.world, *map(entry.raw.get, _PLANNED))
+        for book in books
+        for entry in book.entries.values()
+    ]
+
+
+def _plan(books: Sequence[WorldBook], settings: ActivationSettings) -> _Plan:
+    """The books' enabled entries compiled, in processing order, with the trigram tables.
+
+    Entries whose primary keys all have trigrams are looked at only when the text they
+    scan holds every trigram of one of those keys (the exact pre-check of ``_Key.matches``,
+    done for all keys at once); the others (constant entries, regex or short keys) are
+    looked at in every pass. A plan is kept for the same book objects and settings while
+    the entry fields it was made from stay the same, so a lorebook is compiled once.
+    """
+    cache_key = (tuple(map(id, books)), settings)
+    stamp = _stamp(books)
+    kept = _PLANS.get(cache_key)
+    same_books = kept is not None and all(a is b for a, b in zip(kept[0], books, strict=True))
+    if kept is not None and same_books and kept[1] == stamp:
+        return kept[2]
+    compiled = [
+        _Compiled(e, settings) for book in books for e in book.entries.values() if not e.disabled
+    ]
+    compiled.sort(key=lambda c: (-c.entry.order, c.entry.world, c.entry.uid))
+    always: list[int] = []
+    by_text: dict[tuple[int, bool, bool], _Table] = {}
+    for at, c in enumerate(compiled):
+        if c.entry.constant or not c.keyed:
+            always.append(at)
+            continue
+        where = (c.scan_depth, not c.entry.exclude_recursion, c.case_sensitive)
+        by_text.setdefault(where, _Table()).add(at, c)
+    plan = (compiled, always, by_text)
+    _PLANS.pop(cache_key, None)
+    while len(_PLANS) >= _PLANS_KEPT:
+        del _PLANS[next(iter(_PLANS))]
+    _PLANS[cache_key] = (tuple(books), copy.deepcopy(stamp), plan)
+    return plan
+
+
 def activate(
     books: Iterable[WorldBook],
     messages: Sequence[ScanMessage],
@@ -272,12 +484,10 @@ def activate(
     """The entries of ``books`` that the newest ``messages`` activate (rules above)."""
     settings = settings or ActivationSettings()
     rng = rng or random.Random()
-    compiled = [
-        _Compiled(e, settings) for book in books for e in book.entries.values() if not e.disabled
-    ]
-    compiled.sort(key=lambda c: (-c.entry.order, c.entry.world, c.entry.uid))
+    compiled, always, by_text = _plan(list(books), settings)
     buffer = _Buffer(messages, settings.include_names)
     grams = _Grams()
+    states: dict[int, _TableState] = {}
     chosen: dict[int, tuple[_Compiled, str]] = {}  # id(compiled) → (entry, trigger)
     group_done: set[str] = set()
     budget_used = 0
@@ -285,8 +495,16 @@ def activate(
     limit = settings.max_recursion_steps or RECURSION_HARD_CAP
     while True:
         recursing = passes > 0
+        todo = set(always)
+        for (depth, with_recursion, case), table in by_text.items():
+            if recursing and not with_recursion:
+                continue  # excludeRecursion entries only take part in the first pass
+            raw, folded = buffer.text(depth, with_recursion)
+            state = states.setdefault(id(table), _TableState())
+            todo.update(table.candidates(grams.of(raw if case else folded), state))
         found: list[_Compiled] = []
-        for c in compiled:
+        for at in sorted(todo):
+            c = compiled[at]
             if id(c) in chosen:
                 continue
             if c.entry.constant:

@@ -22,7 +22,7 @@ import hashlib
 import json
 import struct
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -47,12 +47,37 @@ def send_date(now: datetime | None = None) -> str:
     return f"{now:%B} {now.day}, {now.year} {hour}:{now.minute:02d}{suffix}"
 
 
-@dataclass(slots=True)
 class ChatMessage:
-    """One message line. ``line`` is the original bytes, ``None`` once changed."""
+    """One message line. ``line`` is the original bytes, ``None`` once changed.
 
-    raw: dict[str, Any]
-    line: bytes | None = None
+    ``raw`` may be left ``None`` for a line already known to parse (see
+    :func:`parse_chat`'s ``known``); it is then parsed when first used.
+    """
+
+    __slots__ = ("_raw", "line")
+
+    def __init__(self, raw: dict[str, Any] | None, line: bytes | None = None) -> None:
+        if raw is None and line is None:
+            raise ValueError("a message needs its object or its line")
+        self._raw = raw
+        self.line = line
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        if self._raw is None:
+            assert self.line is not None
+            self._raw = _message_object(self.line, 0)
+        return self._raw
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ChatMessage):
+            return NotImplemented
+        return (self.raw, self.line) == (other.raw, other.line)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ChatMessage(raw={self.raw!r}, line={self.line!r})"
 
     @property
     def name(self) -> str:
@@ -154,8 +179,22 @@ class ChatFile:
         return body + self.newline if self.trailing_newline else body
 
 
-def parse_chat(data: bytes) -> ChatFile:
-    """Read a chat JSONL file; the first line is the header."""
+def _message_object(line: bytes, number: int) -> dict[str, Any]:
+    try:
+        obj = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ChatFormatError(f"line {number} is not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ChatFormatError(f"line {number} is not a JSON object")
+    return obj
+
+
+def parse_chat(data: bytes, *, known: Callable[[bytes], bool] | None = None) -> ChatFile:
+    """Read a chat JSONL file; the first line is the header.
+
+    Message lines for which ``known(line)`` is true are taken as valid and parsed
+    only when used (a caller that has seen those exact bytes parse before).
+    """
     if data.startswith(b"\xef\xbb\xbf"):
         raise ChatFormatError("the chat file starts with a byte order mark")
     newline = b"\r\n" if b"\r\n" in data[:65536] else b"\n"
@@ -164,17 +203,12 @@ def parse_chat(data: bytes) -> ChatFile:
     lines = body.split(newline) if body else []
     if not lines:
         raise ChatFormatError("the chat file is empty; it needs at least the header line")
-    parsed: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, 1):
-        try:
-            obj = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ChatFormatError(f"line {number} is not JSON: {exc}") from None
-        if not isinstance(obj, dict):
-            raise ChatFormatError(f"line {number} is not a JSON object")
-        parsed.append(obj)
-    messages = [ChatMessage(obj, line) for obj, line in zip(parsed[1:], lines[1:], strict=True)]
-    return ChatFile(parsed[0], messages, lines[0], newline, trailing)
+    header = _message_object(lines[0], 1)
+    messages = [
+        ChatMessage(None if known is not None and known(line) else _message_object(line, n), line)
+        for n, line in enumerate(lines[1:], 2)
+    ]
+    return ChatFile(header, messages, lines[0], newline, trailing)
 
 
 def new_chat(

@@ -25,8 +25,14 @@ from tavern_agent.chat.activation import (
     activate,
 )
 from tavern_agent.chat.formats import ChatFile, WorldBook
-from tavern_agent.chat.repository import ChatCommit, ChatRepository, CommitReceipt
-from tavern_agent.chat.search import ChatIndex, Doc
+from tavern_agent.chat.index_store import Saved, load_or_build, read_chat
+from tavern_agent.chat.repository import (
+    ChatCommit,
+    ChatRepository,
+    CommitReceipt,
+    FileChatRepository,
+)
+from tavern_agent.chat.search import ChatIndex
 
 if TYPE_CHECKING:
     from tavern_agent.core.results import CommitRequested
@@ -159,7 +165,9 @@ class ChatRun:
     """The chat side of one run, as chat tools see it through ``CallContext.chat``.
 
     ``allow_commit`` is false for child agents. The loaded chat and its search
-    index are cached and reloaded only when the file changes.
+    index are cached and reloaded only when the file changes. With ``index_dir``
+    (the chat workspace's mount folder) the search index is also saved there and
+    reused by later runs on the same chat (:mod:`tavern_agent.chat.index_store`).
     """
 
     repository: ChatRepository
@@ -167,7 +175,9 @@ class ChatRun:
     run_id: str = ""
     profile_id: str = ""
     allow_commit: bool = True
+    index_dir: Path | None = None
     _cache: tuple[Any, ChatFile, ChatIndex | None] | None = field(default=None, repr=False)
+    _prepared: tuple[list[bytes], Saved | None] | None = field(default=None, repr=False)
 
     def _stamp(self) -> Any:
         path = getattr(self.repository, "path", None)
@@ -180,7 +190,12 @@ class ChatRun:
         """The chat file now (``FileNotFoundError`` if it is gone)."""
         stamp = self._stamp()
         if self._cache is None or stamp is None or self._cache[0] != stamp:
-            self._cache = (stamp, self.repository.load(), None)
+            if self.index_dir is not None and isinstance(self.repository, FileChatRepository):
+                chat, digests, saved = read_chat(self.repository.path, self.index_dir)
+                self._prepared = (digests, saved)
+            else:
+                chat, self._prepared = self.repository.load(), None
+            self._cache = (stamp, chat, None)
         return self._cache[1]
 
     def index(self) -> ChatIndex:
@@ -188,8 +203,8 @@ class ChatRun:
         assert self._cache is not None
         index = self._cache[2]
         if index is None:
-            index = ChatIndex([Doc(m.mes, m.role, m.hidden) for m in chat.messages])
-            self._cache = (self._cache[0], chat, index)
+            index = load_or_build(chat, self.index_dir, prepared=self._prepared)
+            self._cache, self._prepared = (self._cache[0], chat, index), None
         return index
 
     @property

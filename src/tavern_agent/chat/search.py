@@ -7,17 +7,25 @@ of letters and digits. A one-character CJK query term matches every indexed
 bigram that contains it.
 
 The index is built once per loaded chat (inverted lists of ``(floor, tf)``)
-and answers a query in time proportional to the matching postings.
+and answers a query in time proportional to the matching postings. Building
+it keeps per-token work in C (``str.translate`` / ``re.findall`` to tokenise,
+``map`` over ``list.append`` to collect, ``Counter`` per term for the term
+frequencies); :mod:`tavern_agent.chat.index_store` saves it beside the chat
+mount so later runs load it instead.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
+import operator
 import re
+import string
 from array import array
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections import Counter, defaultdict, deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\uff66-\uff9f"
 _TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
@@ -27,19 +35,29 @@ K1 = 1.2
 B = 0.75
 
 
+# For ASCII text: upper case folded, every other character that is not a letter or digit a
+# space; splitting the result gives what ``_WORD`` finds in the lower-cased text, but faster.
+_ASCII_WORDS = str.maketrans(
+    {c: " " for c in map(chr, range(128)) if not c.isalnum()}
+    | {c: c.lower() for c in string.ascii_uppercase}
+)
+
+
 def _is_cjk(token: str) -> bool:
     return _HAS_CJK.match(token) is not None
 
 
 def tokenize(text: str) -> list[str]:
     """Lower-cased words, and character bigrams for CJK runs."""
+    if text.isascii():
+        return text.translate(_ASCII_WORDS).split()
     text = text.lower()
     if _HAS_CJK.search(text) is None:
         return _WORD.findall(text)
     out: list[str] = []
     for token in _TOKEN.findall(text):
         if len(token) > 1 and _is_cjk(token):
-            out.extend(token[i : i + 2] for i in range(len(token) - 1))
+            out.extend(map(operator.add, token, token[1:]))
         else:
             out.append(token)
     return out
@@ -62,33 +80,129 @@ class Hit:
 
 
 class ChatIndex:
-    """BM25 (k1=1.2, b=0.75) over a list of floors."""
+    """BM25 (k1=1.2, b=0.75) over a list of floors.
+
+    The postings are kept flat: term ``i`` has the floors ``floors[bounds[i]:bounds[i + 1]]``
+    (ascending) and their term frequencies at the same places in ``tfs``. Terms keep the
+    order of their first occurrence, so an index extended by :meth:`updated` is the same as
+    one built from scratch.
+    """
 
     def __init__(self, docs: Sequence[Doc]) -> None:
-        self.docs = docs
-        postings: dict[str, tuple[array[int], array[int]]] = {}
-        lengths = array("I")
-        for floor, doc in enumerate(docs):
-            tokens = tokenize(doc.text)
-            lengths.append(len(tokens))
-            for term, tf in Counter(tokens).items():
-                lists = postings.get(term)
-                if lists is None:
-                    lists = postings[term] = (array("I"), array("I"))
-                lists[0].append(floor)
-                lists[1].append(tf)
-        self.postings = postings
-        self.lengths = lengths
-        self.avgdl = (sum(lengths) / len(lengths)) if lengths else 0.0
+        self.roles: list[str] = [d.role for d in docs]
+        self.hidden = bytearray(d.hidden for d in docs)
+        self.lengths = array("I")
+        self._terms: dict[str, int] = {}
+        self._bounds = array("Q", [0])
+        self._floors = array("I")
+        self._tfs = array("I")
+        for term, seen in _occurrences([d.text for d in docs], 0, self.lengths).items():
+            self._add(term, seen)
+        self._finish()
+
+    def _add(self, term: str, seen: list[int]) -> None:
+        counts = Counter(seen)  # floors in ascending order → tf
+        self._floors.extend(counts)
+        self._tfs.extend(counts.values())
+        self._terms[term] = len(self._terms)
+        self._bounds.append(len(self._floors))
+
+    def _finish(self) -> None:
+        self.avgdl = (sum(self.lengths) / len(self.lengths)) if self.lengths else 0.0
         self._cjk_vocab: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.roles)
+
+    def updated(self, keep: int, docs: Sequence[Doc]) -> ChatIndex:
+        """A new index: this one's floors before ``keep``, then ``docs`` as floors ``keep…``."""
+        keep = min(keep, len(self))
+        new = ChatIndex.__new__(ChatIndex)
+        new.roles = [*self.roles[:keep], *(d.role for d in docs)]
+        new.hidden = self.hidden[:keep] + bytearray(d.hidden for d in docs)
+        new.lengths = self.lengths[:keep]
+        new._terms, new._bounds = {}, array("Q", [0])
+        new._floors, new._tfs = array("I"), array("I")
+        added = _occurrences([d.text for d in docs], keep, new.lengths)
+        floors, tfs, bounds = self._floors, self._tfs, self._bounds
+        for term, i in self._terms.items():
+            start = bounds[i]
+            cut = bisect.bisect_left(floors, keep, start, bounds[i + 1])
+            if cut == start:
+                continue  # only in floors from keep on: comes back in ``added`` if still there
+            seen = added.pop(term, None)
+            new._floors += floors[start:cut]
+            new._tfs += tfs[start:cut]
+            if seen is None:
+                new._terms[term] = len(new._terms)
+                new._bounds.append(len(new._floors))
+            else:
+                new._add(term, seen)
+        for term, seen in added.items():
+            new._add(term, seen)
+        new._finish()
+        return new
+
+    # ------------------------------------------------------------ persistence
+
+    def to_blocks(self) -> dict[str, bytes]:
+        """The index as named byte blocks (see :meth:`from_blocks`)."""
+        if any("\n" in r for r in self.roles):
+            raise ValueError("a role holds a line break")
+        return {
+            "terms": "\n".join(self._terms).encode("utf-8", "surrogatepass"),
+            "bounds": self._bounds.tobytes(),
+            "floors": self._floors.tobytes(),
+            "tfs": self._tfs.tobytes(),
+            "lengths": self.lengths.tobytes(),
+            "roles": "\n".join(self.roles).encode("utf-8"),
+            "hidden": bytes(self.hidden),
+        }
+
+    @classmethod
+    def from_blocks(cls, blocks: Mapping[str, bytes]) -> ChatIndex:
+        """An index from :meth:`to_blocks`; ``ValueError`` or ``KeyError`` if inconsistent."""
+        index = cls.__new__(cls)
+        text = blocks["terms"].decode("utf-8", "surrogatepass")
+        terms = text.split("\n") if text else []
+        index._terms = dict(zip(terms, range(len(terms)), strict=True))
+        index._bounds, index._floors = array("Q"), array("I")
+        index._tfs, index.lengths = array("I"), array("I")
+        index._bounds.frombytes(blocks["bounds"])
+        index._floors.frombytes(blocks["floors"])
+        index._tfs.frombytes(blocks["tfs"])
+        index.lengths.frombytes(blocks["lengths"])
+        roles = blocks["roles"].decode("utf-8")
+        index.roles = roles.split("\n") if index.lengths else []
+        index.hidden = bytearray(blocks["hidden"])
+        n = len(index.lengths)
+        if (
+            len(index._terms) != len(terms)
+            or len(index._bounds) != len(terms) + 1
+            or index._bounds[0] != 0
+            or index._bounds[-1] != len(index._floors)
+            or len(index._tfs) != len(index._floors)
+            or len(index.roles) != n
+            or len(index.hidden) != n
+        ):
+            raise ValueError("inconsistent chat index")
+        index._finish()
+        return index
+
+    # ------------------------------------------------------------ queries
+
+    def _postings(self, term: str) -> tuple[array[int], array[int]]:
+        i = self._terms[term]
+        start, end = self._bounds[i], self._bounds[i + 1]
+        return self._floors[start:end], self._tfs[start:end]
 
     def _expand(self, term: str) -> list[str]:
         """Index terms for a query term: itself, or bigrams holding a lone CJK char."""
-        if len(term) == 1 and _is_cjk(term) and term not in self.postings:
+        if len(term) == 1 and _is_cjk(term) and term not in self._terms:
             if self._cjk_vocab is None:
-                self._cjk_vocab = [t for t in self.postings if len(t) == 2 and _is_cjk(t)]
+                self._cjk_vocab = [t for t in self._terms if len(t) == 2 and _is_cjk(t)]
             return [t for t in self._cjk_vocab if term in t]
-        return [term] if term in self.postings else []
+        return [term] if term in self._terms else []
 
     def search(
         self,
@@ -101,7 +215,7 @@ class ChatIndex:
         hidden: bool | None = None,
     ) -> list[Hit]:
         """The best ``limit`` floors in ``start…end-1``; newer floors win ties."""
-        n = len(self.docs)
+        n = len(self.roles)
         if n == 0:
             return []
         scores: dict[int, float] = {}
@@ -109,7 +223,7 @@ class ChatIndex:
         avgdl = self.avgdl or 1.0
         for qterm in dict.fromkeys(tokenize(query)):
             for term in self._expand(qterm):
-                floors, tfs = self.postings[term]
+                floors, tfs = self._postings(term)
                 df = len(floors)
                 idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
                 for floor, tf in zip(floors, tfs, strict=True):
@@ -122,15 +236,30 @@ class ChatIndex:
                         best[floor] = (part, term)
         ranked: list[Hit] = []
         for floor in sorted(scores, key=lambda f: (-scores[f], -f)):
-            doc = self.docs[floor]
-            if role is not None and doc.role != role:
+            if role is not None and self.roles[floor] != role:
                 continue
-            if hidden is not None and doc.hidden != hidden:
+            if hidden is not None and bool(self.hidden[floor]) != hidden:
                 continue
             ranked.append(Hit(floor, scores[floor], best[floor][1]))
             if len(ranked) >= limit:
                 break
         return ranked
+
+
+def _occurrences(texts: Iterable[str], first: int, lengths: array[int]) -> dict[str, list[int]]:
+    """Term → the floor of each of its occurrences (ascending); appends each text's length.
+
+    The inner loop runs in C (``map`` over bound lookups and ``list.append``), which is
+    what makes building the index of a large chat take seconds rather than many.
+    """
+    found: defaultdict[str, list[int]] = defaultdict(list)
+    slot = found.__getitem__
+    append = list.append
+    for floor, text in enumerate(texts, first):
+        tokens = tokenize(text)
+        lengths.append(len(tokens))
+        deque(map(append, map(slot, tokens), repeat(floor)), maxlen=0)
+    return found
 
 
 def snippet(text: str, terms: Iterable[str], width: int = 160) -> str:

@@ -1,0 +1,178 @@
+"""The chat's search index kept beside its shared mount, so later runs load it.
+
+Building the BM25 index of a large chat costs seconds; loading a saved one
+costs a fraction of that. The index lives in the chat workspace's mount
+folder (``<data-root>/chats/<id>/mount/search-index.bin``, one per stable
+chat id) and records the SHA-1 of every floor's line it was built from, the
+same per-floor digests as the mount's ``state.json``. When a run opens it:
+
+* floors whose digests still match, from the first floor on, are kept;
+* the floors after the first difference (appended, edited, swiped or
+  deleted ones) are indexed again (:meth:`ChatIndex.updated`), which gives
+  the same index as a build from scratch;
+* the file is rewritten when anything changed.
+
+The file is derived data: it is written to a temporary file and renamed into
+place, and anything unexpected in it (another version, another byte order,
+a checksum mismatch) only means it is rebuilt. Failing to save it is not an
+error either.
+
+Layout: a magic line, one JSON header line (version, byte order, item sizes,
+block names and sizes, SHA-256 of the blocks), then the blocks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+import sys
+from array import array
+from collections.abc import Sequence
+from pathlib import Path
+
+from tavern_agent.chat.formats import ChatFile, ChatMessage, parse_chat
+from tavern_agent.chat.search import ChatIndex, Doc
+
+FILE = "search-index.bin"
+MAGIC = b"tavern-agent chat search index\n"
+VERSION = 1
+DIGEST = 20  # bytes of a SHA-1
+
+
+def floor_digests(chat: ChatFile) -> list[bytes]:
+    """SHA-1 of each floor's line (as in the mount's ``state.json``)."""
+    return [hashlib.sha1(m.encoded()).digest() for m in chat.messages]
+
+
+def docs(messages: Sequence[ChatMessage]) -> list[Doc]:
+    return [Doc(m.mes, m.role, m.hidden) for m in messages]
+
+
+def _header() -> dict[str, object]:
+    return {
+        "version": VERSION,
+        "byteorder": sys.byteorder,
+        "itemsize": [array("I").itemsize, array("Q").itemsize],
+    }
+
+
+def save(path: Path, index: ChatIndex, digests: Sequence[bytes]) -> None:
+    """Write the index and the digests of the floors it holds, atomically."""
+    blocks = index.to_blocks()
+    blocks["digests"] = b"".join(digests)
+    payload = b"".join(blocks.values())
+    header = _header() | {
+        "blocks": [[name, len(data)] for name, data in blocks.items()],
+        "sha256": hashlib.sha256(payload).hexdigest(),
+    }
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(MAGIC)
+            handle.write(json.dumps(header).encode("utf-8") + b"\n")
+            handle.write(payload)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def load(path: Path) -> tuple[ChatIndex, list[bytes]] | None:
+    """The saved index and its floor digests; ``None`` if missing or not usable."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if not data.startswith(MAGIC):
+        return None
+    try:
+        end = data.index(b"\n", len(MAGIC))
+        header = json.loads(data[len(MAGIC) : end])
+        if not isinstance(header, dict) or any(header.get(k) != v for k, v in _header().items()):
+            return None
+        payload = memoryview(data)[end + 1 :]
+        if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
+            return None
+        blocks: dict[str, bytes] = {}
+        at = 0
+        for name, size in header["blocks"]:
+            blocks[str(name)] = bytes(payload[at : at + int(size)])
+            at += int(size)
+        if at != len(payload):
+            return None
+        raw = blocks.pop("digests")
+        digests = [raw[i : i + DIGEST] for i in range(0, len(raw), DIGEST)]
+        index = ChatIndex.from_blocks(blocks)
+    except (ValueError, KeyError, TypeError):
+        return None
+    if len(digests) != len(index) or len(raw) != DIGEST * len(index):
+        return None
+    return index, digests
+
+
+def _common_prefix(a: Sequence[bytes], b: Sequence[bytes]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+Saved = tuple[ChatIndex, list[bytes]]
+
+
+def read_chat(path: Path, folder: Path) -> tuple[ChatFile, list[bytes], Saved | None]:
+    """The chat file, its floor digests and the saved index.
+
+    Lines whose digest the saved index holds were parsed when it was built, so
+    they are left to be parsed when a tool uses them: with a saved index, a run
+    parses only the floors it reads and the lines that changed.
+    """
+    saved = load(folder / FILE)
+    seen = frozenset(saved[1]) if saved is not None else frozenset()
+    digests: list[bytes] = []
+
+    def known(line: bytes) -> bool:
+        digest = hashlib.sha1(line).digest()
+        digests.append(digest)
+        return digest in seen
+
+    chat = parse_chat(path.read_bytes(), known=known)
+    return chat, digests, saved
+
+
+def load_or_build(
+    chat: ChatFile,
+    folder: Path | None,
+    *,
+    prepared: tuple[list[bytes], Saved | None] | None = None,
+) -> ChatIndex:
+    """The search index of ``chat``, through the copy saved in ``folder`` when there is one.
+
+    ``prepared`` is what :func:`read_chat` gave besides the chat, when it read it.
+    """
+    if folder is None:
+        return ChatIndex(docs(chat.messages))
+    path = folder / FILE
+    digests, saved = prepared if prepared is not None else (floor_digests(chat), load(path))
+    if saved is not None:
+        index, old = saved
+        keep = _common_prefix(old, digests)
+        if keep == len(old) == len(digests):
+            return index
+        index = index.updated(keep, docs(chat.messages[keep:]))
+    else:
+        index = ChatIndex(docs(chat.messages))
+    with contextlib.suppress(OSError, ValueError):
+        folder.mkdir(parents=True, exist_ok=True)
+        save(path, index, digests)
+    return index
