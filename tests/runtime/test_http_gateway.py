@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tavern_agent.core.naming import ModelProtocol
-from tavern_agent.providers.gateway import HttpGateway, ModelConfig
-from tavern_agent.runtime.loop import Engine
+from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ends_stream, stream_error
+from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run, RunSpec
-from tests.runtime.helpers import Harness, events, profile, types
+from tests.runtime.helpers import TEXTS, Harness, events, profile, types
 from tests.runtime.openai_server import OpenAIServer
 from tests.runtime.sse_server import (
     SIGNATURE,
+    Event,
     SseServer,
     Turn,
     gemini_events,
@@ -190,26 +193,34 @@ REPLY_TURNS: list[Turn] = [
 ]
 
 
-def run_over(tmp_path: Path, protocol: ModelProtocol, url: str, model: str) -> tuple[Run, str]:
-    """A whole chat run against ``url``; returns the run and its final status."""
+def drive(
+    tmp_path: Path, protocol: ModelProtocol, url: str, model: str
+) -> tuple[Run, RunResult, list[dict[str, Any]]]:
+    """A whole chat run against ``url``; also the chat's messages after it."""
     h = Harness(tmp_path)
     spec = RunSpec(profile(), protocol, chat_file=h.chat_path, seed=7)
     run = Run.start(h.data, h.catalog, spec)
     gateway = HttpGateway(ModelConfig(protocol, model, url, api_key_env="TA_TEST_KEY"))
     engine = Engine(run, gateway, fsync=False)
 
-    async def main() -> str:
+    async def main() -> RunResult:
         try:
-            return (await engine.start()).status
+            return await engine.start()
         finally:
             await gateway.aclose()
 
     try:
-        status = asyncio.run(main())
+        result = asyncio.run(main())
     finally:
         engine.close()
-    assert h.chat_messages()[-1]["mes"] == "Über die Furt."
-    return run, status
+    return run, result, h.chat_messages()
+
+
+def run_over(tmp_path: Path, protocol: ModelProtocol, url: str, model: str) -> tuple[Run, str]:
+    """A whole chat run that posts its message; returns the run and its final status."""
+    run, result, messages = drive(tmp_path, protocol, url, model)
+    assert messages[-1]["mes"] == "Über die Furt."
+    return run, result.status
 
 
 def completed_calls(run: Run) -> list[tuple[str, str, bool]]:
@@ -264,7 +275,7 @@ def test_openai_responses_streaming_run_over_http(
 
 def test_gemini_streaming_run_over_http(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TA_TEST_KEY", "g-key")
-    path = "/v1beta/models/gemini-test:streamGenerateContent?alt=sse"
+    path = GEMINI_PATH
     with SseServer(path, REPLY_TURNS, gemini_turn, gemini_events, crlf=True) as server:
         run, status = run_over(
             tmp_path, ModelProtocol.GEMINI, server.origin + "/v1beta", "gemini-test"
@@ -311,3 +322,112 @@ def test_gemini_streaming_run_over_http(tmp_path: Path, monkeypatch: pytest.Monk
     recorded = json.loads((run.run_dir / "model-responses" / "round-001.json").read_text())
     assert recorded["protocol"] == "gemini" and recorded["usage"]["totalTokenCount"] == 52
     assert recorded["message"]["text"] == "Checking the chat first."
+
+
+# ---------------------------------------------------------------- streams that do not complete
+
+GEMINI_PATH = "/v1beta/models/gemini-test:streamGenerateContent?alt=sse"
+
+
+def _until(events: list[Event], kind: str, nth: int = 1) -> list[Event]:
+    """The events before the ``nth`` one of type ``kind``."""
+    seen = 0
+    for i, (name, _) in enumerate(events):
+        seen += name == kind
+        if seen == nth:
+            return events[:i]
+    raise AssertionError(f"no {kind} #{nth}")
+
+
+def _responses_error(turn: int, spec: Turn) -> list[Event]:
+    events = _until(responses_events(turn, spec), "response.function_call_arguments.delta", 3)
+    message = "The server had an error while processing your request."
+    error = {"type": "error", "code": "server_error", "message": message, "param": None}
+    return [*events, ("error", error | {"sequence_number": len(events)})]
+
+
+def _responses_failed(turn: int, spec: Turn) -> list[Event]:
+    events = _until(responses_events(turn, spec), "response.completed")
+    created = dict(events[0][1]["response"])
+    created |= {"status": "failed", "error": {"code": "rate_limit_exceeded", "message": "slow"}}
+    failed = {"type": "response.failed", "sequence_number": len(events), "response": created}
+    return [*events, ("response.failed", failed)]
+
+
+@pytest.mark.parametrize(
+    ("events", "message"),
+    [
+        # cut in the middle of the second call's arguments
+        (
+            lambda t, s: _until(responses_events(t, s), "response.function_call_arguments.done", 2),
+            "before the event that completes a response",
+        ),
+        # every call whole, but no response.completed
+        (
+            lambda t, s: _until(responses_events(t, s), "response.completed"),
+            "before the event that completes a response",
+        ),
+        (_responses_error, "server_error: The server had an error while processing"),
+        (_responses_failed, "rate_limit_exceeded: slow"),
+    ],
+    ids=["cut-mid-arguments", "no-response-completed", "error-event", "response-failed"],
+)
+def test_a_responses_stream_that_does_not_complete_runs_nothing(
+    tmp_path: Path, events: Callable[[int, Turn], list[Event]], message: str
+) -> None:
+    with SseServer("/v1/responses", REPLY_TURNS, responses_turn, events) as server:
+        run, result, messages = drive(
+            tmp_path, ModelProtocol.OPENAI_RESPONSES, server.origin + "/v1", "gpt-test"
+        )
+    assert result.status == "failed" and result.error_code == "model.request_failed"
+    assert message in result.message
+    kinds = types(run)
+    assert "tool_call_requested" not in kinds and "model_response_stored" not in kinds
+    assert len(server.requests) == 1  # a body had started: never sent again
+    assert [m["mes"] for m in messages] == TEXTS  # nothing posted
+
+
+def _gemini_overloaded(turn: int, spec: Turn) -> list[Event]:
+    text_chunks = gemini_events(turn, spec)[:-1]
+    error = {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}
+    return [*text_chunks, (None, {"error": error})]
+
+
+@pytest.mark.parametrize(
+    ("events", "message"),
+    [
+        # the text came, the chunk with the calls and finishReason never did
+        (lambda t, s: gemini_events(t, s)[:-1], "before the event that completes a response"),
+        (_gemini_overloaded, "UNAVAILABLE: The model is overloaded."),
+    ],
+    ids=["no-finish-reason", "error-chunk"],
+)
+def test_a_gemini_stream_that_does_not_complete_runs_nothing(
+    tmp_path: Path, events: Callable[[int, Turn], list[Event]], message: str
+) -> None:
+    with SseServer(GEMINI_PATH, REPLY_TURNS, gemini_turn, events, crlf=True) as server:
+        run, result, messages = drive(
+            tmp_path, ModelProtocol.GEMINI, server.origin + "/v1beta", "gemini-test"
+        )
+    assert result.status == "failed" and result.error_code == "model.request_failed"
+    assert message in result.message
+    kinds = types(run)
+    assert "tool_call_requested" not in kinds and "model_response_stored" not in kinds
+    assert len(server.requests) == 1
+    assert [m["mes"] for m in messages] == TEXTS
+
+
+def test_stream_errors_and_ends_per_protocol() -> None:
+    chat, anthropic = ModelProtocol.OPENAI_CHAT, ModelProtocol.ANTHROPIC
+    overloaded = {"type": "overloaded_error", "message": "Overloaded"}
+    assert stream_error({"type": "error", "error": overloaded}) == "overloaded_error: Overloaded"
+    vllm = {"error": {"object": "error", "message": "bad", "type": "BadRequestError", "code": 400}}
+    assert stream_error(vllm) == "400: bad"
+    assert stream_error({"type": "message_delta", "delta": {"stop_reason": "tool_use"}}) is None
+    assert stream_error({"choices": [{"index": 0, "delta": {"content": "error"}}]}) is None
+    assert ends_stream(anthropic, {"type": "message_stop"})
+    assert not ends_stream(anthropic, {"type": "content_block_stop", "index": 0})
+    assert ends_stream(chat, {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    assert not ends_stream(chat, {"choices": [{"index": 0, "delta": {"content": "x"}}]})
+    assert not ends_stream(ModelProtocol.OPENAI_RESPONSES, {"type": "response.in_progress"})
+    assert not ends_stream(ModelProtocol.GEMINI, {"candidates": [{"content": {"parts": []}}]})
