@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from tavern_agent.core.naming import ModelProtocol
-from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ends_stream, stream_error
+from tavern_agent.providers.gateway import (
+    HttpGateway,
+    ModelConfig,
+    _endpoint,
+    ends_stream,
+    stream_error,
+)
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run, RunSpec
 from tests.runtime.helpers import TEXTS, Harness, events, profile, types
@@ -393,14 +399,22 @@ def _gemini_overloaded(turn: int, spec: Turn) -> list[Event]:
     return [*text_chunks, (None, {"error": error})]
 
 
+def _gemini_blocked(turn: int, spec: Turn) -> list[Event]:
+    feedback = {"blockReason": "PROHIBITED_CONTENT"}
+    usage = {"promptTokenCount": 40, "totalTokenCount": 40}
+    chunk = {"promptFeedback": feedback, "usageMetadata": usage, "modelVersion": "gemini-test"}
+    return [(None, chunk)]
+
+
 @pytest.mark.parametrize(
     ("events", "message"),
     [
         # the text came, the chunk with the calls and finishReason never did
         (lambda t, s: gemini_events(t, s)[:-1], "before the event that completes a response"),
         (_gemini_overloaded, "UNAVAILABLE: The model is overloaded."),
+        (_gemini_blocked, "the prompt was blocked: PROHIBITED_CONTENT"),
     ],
-    ids=["no-finish-reason", "error-chunk"],
+    ids=["no-finish-reason", "error-chunk", "prompt-blocked"],
 )
 def test_a_gemini_stream_that_does_not_complete_runs_nothing(
     tmp_path: Path, events: Callable[[int, Turn], list[Event]], message: str
@@ -431,3 +445,12 @@ def test_stream_errors_and_ends_per_protocol() -> None:
     assert not ends_stream(chat, {"choices": [{"index": 0, "delta": {"content": "x"}}]})
     assert not ends_stream(ModelProtocol.OPENAI_RESPONSES, {"type": "response.in_progress"})
     assert not ends_stream(ModelProtocol.GEMINI, {"candidates": [{"content": {"parts": []}}]})
+    blocked = {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {}}
+    assert stream_error(blocked) == "the prompt was blocked: SAFETY"
+
+
+def test_a_gemini_model_name_may_carry_the_models_prefix() -> None:
+    for name in ("gemini-test", "models/gemini-test"):
+        url, _, extra = _endpoint(ModelConfig(ModelProtocol.GEMINI, name, "http://h/v1beta/"))
+        assert url == "http://h/v1beta/models/gemini-test:streamGenerateContent?alt=sse"
+        assert extra == {}

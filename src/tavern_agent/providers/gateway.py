@@ -180,7 +180,8 @@ def _endpoint(config: ModelConfig) -> tuple[str, dict[str, str], dict[str, Any]]
         if key:
             headers["x-api-key"] = key
     else:
-        extra, url = {}, f"{base}/models/{config.model}:streamGenerateContent?alt=sse"
+        model = config.model.removeprefix("models/")  # the API's own spelling of a model name
+        extra, url = {}, f"{base}/models/{model}:streamGenerateContent?alt=sse"
         if key:
             headers["x-goog-api-key"] = key
     if key and protocol in (ModelProtocol.OPENAI_CHAT, ModelProtocol.OPENAI_RESPONSES):
@@ -217,7 +218,8 @@ def stream_error(event: Mapping[str, Any]) -> str | None:
 
     Responses and Anthropic send an ``error`` event (Responses also
     ``response.failed``); OpenAI-compatible servers and Gemini send a chunk
-    holding only ``{"error": {...}}``.
+    holding only ``{"error": {...}}``; Gemini answers a blocked prompt with
+    ``promptFeedback.blockReason`` and no candidates.
     """
     kind = event.get("type")
     if kind == "response.failed":
@@ -228,6 +230,9 @@ def stream_error(event: Mapping[str, Any]) -> str | None:
         return _describe(nested if isinstance(nested, Mapping) else event) or "error"
     if "error" in event and not event.get("choices") and not event.get("candidates"):
         return _describe(event["error"]) or "error"
+    blocked = (event.get("promptFeedback") or {}).get("blockReason")
+    if blocked and not event.get("candidates"):  # Gemini refused the prompt: no answer follows
+        return f"the prompt was blocked: {blocked}"
     return None
 
 
