@@ -10,6 +10,7 @@ Run: ``python examples/record_example.py``.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -29,10 +30,29 @@ DRAFT = (
     '"Step where I step," *she murmurs, as the cold water climbs to your knees.* '
     '"The eels sleep this late in the year. Mostly."\n'
 )
+SCENE = '{"route": "willow ford", "hazards": ["eel", "moss"], "time": "before dawn"}\n'
+# Bash, then jq over the read-only chat mount: who is in the chat and how long it is.
+CHAT_FACTS = (
+    "jq -r '\"\\(.character): \\(.floorCount) floors\"' /chat/chat.json\n"
+    "jq -s -r 'map(.name) | join(\" > \")' /chat/floors/*/meta.json"
+)
+# jq over a file the agent wrote, then grep the draft for what it names.
+HAZARDS = (
+    "jq -r '.route' /scratch/scene.json\n"
+    'grep -Eio "$(jq -r \'.hazards | join("|")\' /scratch/scene.json)" /output/main.md | sort -u'
+)
+# Python (the sandbox's subset) for the length check before committing.
+WORD_COUNT = """python3 - <<'PY'
+text = open('/output/main.md').read()
+words = text.split()
+quoted = text.count('"') // 2
+print(len(words), 'words,', quoted, 'spoken lines')
+PY"""
 SCRIPT = [
     calls(
         ("chat_search", {"query": "bridge ford"}),
         ("worldinfo_read_activated", {}),
+        ("workspace_shell", {"command": CHAT_FACTS}),
         text="First I check what was said about the crossing and what the world says of it.",
     ),
     calls(
@@ -40,6 +60,7 @@ SCRIPT = [
         ("dice_roll", {"formula": "1d20+2"}),
     ),
     calls(
+        ("workspace_write_file", {"file_path": "scratch/scene.json", "content": SCENE}),
         ("workspace_write_file", {"file_path": "output/main.md", "content": DRAFT}),
         (
             "workspace_write_file",
@@ -48,6 +69,7 @@ SCRIPT = [
     ),
     calls(
         ("workspace_search_files", {"pattern": "(?i)lantern|eel", "path": "output"}),
+        ("workspace_shell", {"command": HAZARDS}),
         ("workspace_read_file", {"file_path": "output/main.md"}),
     ),
     calls(
@@ -60,6 +82,7 @@ SCRIPT = [
             },
         )
     ),
+    calls(("workspace_shell", {"command": WORD_COUNT})),
     calls(("workspace_commit", {"reason": "Seraphina leads Rowan across the ford"})),
     calls(("workspace_finish", {"reason": "the reply is posted"})),
 ]
@@ -83,6 +106,12 @@ def main() -> None:
         result = asyncio.run(engine.start())
         engine.close()
         assert result.status == "completed", result
+        failed = [
+            e["payload"]
+            for e in map(json.loads, (run.run_dir / "events.jsonl").read_text().splitlines())
+            if e["type"] == "tool_call_completed" and e["payload"]["isError"]
+        ]
+        assert not failed, failed  # every scripted call, shell steps included, must succeed
         shutil.rmtree(out, ignore_errors=True)
         shutil.copytree(run.run_dir / "model-responses", out / "model-responses")
         shutil.copyfile(run.run_dir / "events.jsonl", out / "events.jsonl")

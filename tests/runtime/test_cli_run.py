@@ -50,11 +50,12 @@ def test_the_example_replays_offline_and_prints_the_committed_message(tmp_path: 
         "workspace_search_files",
         "workspace_read_file",
         "workspace_apply_patch",
+        "workspace_shell",
         "workspace_commit",
         "workspace_finish",
     ):
         assert f"✓ {name}" in out, name
-    assert "round 7" in out and "completed" in out
+    assert "round 8" in out and "completed" in out
     assert "Committed message (floor 4):" in out and REPLY in out
     chat_lines = (tmp_path / "chat.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(chat_lines) == 6 and REPLY in json.loads(chat_lines[-1])["mes"]
@@ -65,6 +66,12 @@ def test_the_example_replays_offline_and_prints_the_committed_message(tmp_path: 
     shown = run("runs", "show", "last", data_dir=data)
     assert shown.returncode == 0 and "commit_confirmed" in shown.stdout
     assert "workspace_apply_patch" in shown.stdout and "run_completed" in shown.stdout
+    # The shell steps ran again in the replay: jq over the chat mount and over a file the
+    # agent wrote, Python over the patched draft.
+    assert "Seraphina: 4 floors" in shown.stdout
+    assert "Seraphina > Rowan > Seraphina > Rowan" in shown.stdout
+    assert "willow ford eel" in shown.stdout
+    assert "35 words, 2 spoken lines" in shown.stdout
     events = json.loads(run("runs", "show", rows[0]["runId"], "--json", data_dir=data).stdout)
     assert events[0]["type"] == "run_started" and events[-1]["type"] == "run_completed"
 

@@ -11,6 +11,10 @@ provider format.
 connection failures with exponential backoff (``Retry-After`` is honoured),
 but only until the first byte of a response body arrived: a generation that
 started is never sent twice. Cancelling the awaiting task closes the stream.
+A stream is used only when it ends with the event that completes a response
+of its protocol (:func:`ends_stream`); one cut off before it, or carrying an
+error event (:func:`stream_error`), fails the request instead of passing a
+partial answer on as if it were whole.
 Any OpenAI-compatible server (llama.cpp, vLLM, Ollama) works with
 ``openai_chat``.
 
@@ -176,7 +180,8 @@ def _endpoint(config: ModelConfig) -> tuple[str, dict[str, str], dict[str, Any]]
         if key:
             headers["x-api-key"] = key
     else:
-        extra, url = {}, f"{base}/models/{config.model}:streamGenerateContent?alt=sse"
+        model = config.model.removeprefix("models/")  # the API's own spelling of a model name
+        extra, url = {}, f"{base}/models/{model}:streamGenerateContent?alt=sse"
         if key:
             headers["x-goog-api-key"] = key
     if key and protocol in (ModelProtocol.OPENAI_CHAT, ModelProtocol.OPENAI_RESPONSES):
@@ -185,8 +190,8 @@ def _endpoint(config: ModelConfig) -> tuple[str, dict[str, str], dict[str, Any]]
     return url, headers, extra
 
 
-async def sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """The JSON ``data:`` payloads of a server-sent event stream (``[DONE]`` ends it)."""
+async def sse_data(response: httpx.Response) -> AsyncIterator[str]:
+    """The ``data:`` payloads of a server-sent event stream, as text (``[DONE]`` included)."""
     data: list[str] = []
     async for line in response.aiter_lines():
         if line.startswith("data:"):
@@ -195,11 +200,65 @@ async def sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
         if line.strip() or not data:
             continue  # event:, id:, comments; or a blank line with nothing pending
         text, data = "\n".join(data), []
+        yield text
+    if data:
+        yield "\n".join(data)
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON ``data:`` payloads of a server-sent event stream (``[DONE]`` ends it)."""
+    async for text in sse_data(response):
         if text.strip() == "[DONE]":
             return
         yield json.loads(text)
-    if data and "\n".join(data).strip() != "[DONE]":
-        yield json.loads("\n".join(data))
+
+
+def stream_error(event: Mapping[str, Any]) -> str | None:
+    """The error a provider reported inside a stream that started with 200, else ``None``.
+
+    Responses and Anthropic send an ``error`` event (Responses also
+    ``response.failed``); OpenAI-compatible servers and Gemini send a chunk
+    holding only ``{"error": {...}}``; Gemini answers a blocked prompt with
+    ``promptFeedback.blockReason`` and no candidates.
+    """
+    kind = event.get("type")
+    if kind == "response.failed":
+        response = event.get("response") or {}
+        return _describe(response.get("error")) or "the response failed"
+    if kind == "error":
+        nested = event.get("error")
+        return _describe(nested if isinstance(nested, Mapping) else event) or "error"
+    if "error" in event and not event.get("choices") and not event.get("candidates"):
+        return _describe(event["error"]) or "error"
+    blocked = (event.get("promptFeedback") or {}).get("blockReason")
+    if blocked and not event.get("candidates"):  # Gemini refused the prompt: no answer follows
+        return f"the prompt was blocked: {blocked}"
+    return None
+
+
+def _describe(error: Any) -> str:
+    if isinstance(error, str):
+        return error
+    if not isinstance(error, Mapping):
+        return ""
+    label = error.get("status") or error.get("code") or error.get("type") or ""
+    message = str(error.get("message") or "")
+    return f"{label}: {message}" if label and message else str(label or message)
+
+
+def ends_stream(protocol: ModelProtocol, event: Mapping[str, Any]) -> bool:
+    """Whether ``event`` is the one a complete response of ``protocol`` ends with.
+
+    A stream that closes without it was cut off, and what it held is not a
+    whole answer: its calls may be incomplete, or missing.
+    """
+    if protocol is ModelProtocol.OPENAI_CHAT:
+        return any(c.get("finish_reason") for c in event.get("choices") or ())
+    if protocol is ModelProtocol.OPENAI_RESPONSES:
+        return event.get("type") in ("response.completed", "response.incomplete")
+    if protocol is ModelProtocol.ANTHROPIC:
+        return event.get("type") == "message_stop"
+    return any(c.get("finishReason") for c in event.get("candidates") or ())
 
 
 class HttpGateway:
@@ -248,16 +307,33 @@ class HttpGateway:
     async def _read(self, response: httpx.Response, attempt: int) -> ModelReply:
         """Decode the stream; any failure from here on is final (the body started)."""
         decoder = self.codec.stream_decoder()
+        protocol = self.config.protocol
         events: list[dict[str, Any]] = []
+        ended = False
         try:
-            async for event in sse_events(response):
+            async for text in sse_data(response):
+                if text.strip() == "[DONE]":
+                    ended = ended or protocol is ModelProtocol.OPENAI_CHAT
+                    break
+                event = json.loads(text)
+                if not isinstance(event, dict):
+                    raise ValueError(f"an event is not a JSON object: {text[:200]}")
                 events.append(event)
+                problem = stream_error(event)
+                if problem is not None:
+                    raise ModelError(f"the model reported an error in its stream: {problem}")
                 decoder.feed(event)
+                ended = ended or ends_stream(protocol, event)
         except (httpx.HTTPError, ValueError) as exc:
             broke = f"the response stream broke after {len(events)} events: {exc!r}"
             raise ModelError(broke) from exc
         if not events:
             raise ModelError("the response stream held no events")
+        if not ended:
+            raise ModelError(
+                f"the response stream ended after {len(events)} events, before the event "
+                "that completes a response; nothing of it is used"
+            )
         return ModelReply(decoder.result(), {"events": events}, attempt)
 
     async def aclose(self) -> None:
