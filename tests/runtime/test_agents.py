@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.profile import Profile
 from tavern_agent.providers.gateway import ModelRequest
 from tavern_agent.providers.transcript import ToolResultMessage, UserMessage
+from tavern_agent.runtime.cli import show_timeline
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run
 from tavern_agent.runtime.scripted import AgentScript, ScriptedAgents, Turn, call, calls, say
@@ -471,3 +475,27 @@ def test_task_return_cannot_be_listed_by_a_profile(tmp_path: Path) -> None:
     prepared = h.catalog.prepare(listed, Scene.CHAT)
     assert [str(d.tool_id) for d in prepared.descriptors] == ["builtin:dice.roll"]
     assert any("task.return skipped" in n for n in prepared.diagnostics)
+
+
+def test_runs_show_nests_child_events_under_their_parent(tmp_path: Path) -> None:
+    h, root = setup(tmp_path)
+    scripts: dict[str, AgentScript] = {
+        "writer": [
+            call(*delegate("scout", "Look.")),
+            call(*await_()),
+            call(*write("x")),
+            call(*COMMIT),
+            call(*FINISH),
+        ],
+        "scout": [call("dice_roll", {"formula": "d4"}), returns("Seen.")],
+    }
+    run, _, _, _ = drive(h, root, scripts)
+    console = Console(file=io.StringIO(), width=200, highlight=False)
+    show_timeline(console, run.run_dir, events(run))
+    lines = console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+    child = run.invocations[1].id
+    assert any("task_started" in line and child in line for line in lines)
+    nested = [line for line in lines if "    [scout] " in line]
+    assert any("tool_call_requested" in line and "dice_roll" in line for line in nested)
+    assert any("task_finished" in line for line in nested)
+    assert not any("[scout]" in line and "agent_await" in line for line in lines)
