@@ -317,23 +317,23 @@ class AgentTasks:
         code: ErrorCode,
     ) -> AgentToolResult | Profile:
         """The target profile, or the refusal naming the reason and the valid candidates."""
+        target = self.source.get(agent_id)
+        why = None if target is None else refusal(caller, target, operation)
+        if target is not None and why is None:
+            return target
         valid = candidates(self.source, caller, operation)
         listing = (
             f"Agents you can {operation} to: {', '.join(valid)}."
             if valid
             else (f"No agent accepts a {operation} from {caller.id}.")
         )
-        target = self.source.get(agent_id)
         if target is None:
             text = f"No agent {agent_id!r}. {listing}"
             return _error(
                 rc, binding, ErrorCode.AGENT_TARGET_PROFILE_NOT_FOUND, text, candidates=valid
             )
-        why = refusal(caller, target, operation)
-        if why is not None:
-            text = f"Agent {agent_id} cannot be used: {why}. {listing}"
-            return _error(rc, binding, code, text, candidates=valid)
-        return target
+        text = f"Agent {agent_id} cannot be used: {why}. {listing}"
+        return _error(rc, binding, code, text, candidates=valid)
 
     def delegate(
         self, inv: Invocation, rc: RecordedCall, binding: ToolBinding, effect: DelegateRequested

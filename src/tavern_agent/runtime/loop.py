@@ -250,7 +250,8 @@ class Engine:
             }
             | links,
         )
-        self._checkpoint()
+        if not inv.is_child:  # a child's start is journaled; its turns checkpoint
+            self._checkpoint()
 
     invocation_started = _invocation_started
 
