@@ -49,6 +49,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/chat.py
 	$(BIN)/python benchmarks/shell.py
 	$(BIN)/python benchmarks/run_overhead.py
+	$(BIN)/python benchmarks/delegation.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -86,9 +86,12 @@ def all_builtin_bindings(catalog: ToolCatalog) -> tuple[list[ToolBinding], list[
     profile = Profile.allowing(ids, "all-builtins")
     found: dict[ToolId, ToolBinding] = {}
     for scene in Scene:
-        snap = build_snapshot(catalog, profile, scene, PROTOCOL, f"tokens-{scene.value}")
-        for b in snap.bindings:
-            found.setdefault(b.tool_id, b)
+        for child in (False, True):  # task.return is only in a delegated child's snapshot
+            snap = build_snapshot(
+                catalog, profile, scene, PROTOCOL, f"tokens-{scene.value}", child=child
+            )
+            for b in snap.bindings:
+                found.setdefault(b.tool_id, b)
     missing = [f"{t} is in no scene's snapshot" for t in ids if t not in found]
     return [found[t] for t in ids if t in found], missing
 

@@ -24,6 +24,17 @@ class ErrorCode(StrEnum):
     AGENT_TOOL_BUDGET_EXHAUSTED = "agent.tool_budget_exhausted"
     AGENT_TOOL_AFTER_FINISH = "agent.tool_after_finish"
     AGENT_FOREGROUND_COMMIT_REQUIRED = "agent.foreground_commit_required"
+    # agent: delegation, tasks and handoff (tauritavern-context §6)
+    AGENT_DELEGATION_POLICY_DENIED = "agent.delegation_policy_denied"
+    AGENT_DELEGATION_BUDGET_EXHAUSTED = "agent.delegation_budget_exhausted"
+    AGENT_TARGET_PROFILE_NOT_FOUND = "agent.target_profile_not_found"
+    AGENT_NO_CHILD_TASKS = "agent.no_child_tasks"
+    AGENT_AWAIT_TASK_NOT_FOUND = "agent.await_task_not_found"
+    AGENT_TASK_RETURN_DENIED = "agent.task_return_denied"
+    AGENT_TASK_ALREADY_FINISHED = "agent.task_already_finished"
+    AGENT_HANDOFF_POLICY_DENIED = "agent.handoff_policy_denied"
+    AGENT_HANDOFF_PENDING_TASKS = "agent.handoff_pending_tasks"
+    AGENT_HANDOFF_DEPTH_EXHAUSTED = "agent.handoff_depth_exhausted"
     # run: failures that end a Run (never a tool result the model acts on)
     MODEL_REQUEST_FAILED = "model.request_failed"
     RUN_CANCELLED = "run.cancelled"
@@ -117,6 +128,30 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
     ),
     ErrorCode.AGENT_FOREGROUND_COMMIT_REQUIRED: ErrorInfo(
         True, "A foreground chat run must commit its reply before it can finish."
+    ),
+    ErrorCode.AGENT_DELEGATION_POLICY_DENIED: ErrorInfo(
+        True, "The caller may not delegate, or the target does not accept this caller as a task."
+    ),
+    ErrorCode.AGENT_DELEGATION_BUDGET_EXHAUSTED: ErrorInfo(
+        True, "The caller has as many live tasks as allowed, or used its tasks for this run."
+    ),
+    ErrorCode.AGENT_TARGET_PROFILE_NOT_FOUND: ErrorInfo(True, "No agent profile has that id."),
+    ErrorCode.AGENT_NO_CHILD_TASKS: ErrorInfo(True, "The caller has delegated no tasks to await."),
+    ErrorCode.AGENT_AWAIT_TASK_NOT_FOUND: ErrorInfo(
+        True, "A task id is not one of the caller's tasks."
+    ),
+    ErrorCode.AGENT_TASK_RETURN_DENIED: ErrorInfo(
+        True, "Only a delegated child agent can return a task result."
+    ),
+    ErrorCode.AGENT_TASK_ALREADY_FINISHED: ErrorInfo(True, "The task has returned already."),
+    ErrorCode.AGENT_HANDOFF_POLICY_DENIED: ErrorInfo(
+        True, "The caller may not hand off, or the target does not accept this handoff."
+    ),
+    ErrorCode.AGENT_HANDOFF_PENDING_TASKS: ErrorInfo(
+        True, "The caller still has live child tasks; await them before handing off."
+    ),
+    ErrorCode.AGENT_HANDOFF_DEPTH_EXHAUSTED: ErrorInfo(
+        True, "The run has been handed off as many times as allowed."
     ),
     ErrorCode.MODEL_REQUEST_FAILED: ErrorInfo(
         False, "The model could not be reached or answered with an error after retries."

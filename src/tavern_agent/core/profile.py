@@ -133,6 +133,31 @@ class PromptSettings(_Model):
     history_chars: int = Field(12_000, ge=0, le=2_000_000)
 
 
+class DelegationSettings(_Model):
+    """How this agent works with others (tauritavern-context §6).
+
+    ``can_delegate``/``can_handoff``: may this agent use the delegate/handoff tools
+    (its tool list must also enable them). ``callable``: may other agents call it at
+    all; ``allow_as_subagent``/``allow_as_handoff_target`` narrow that per operation,
+    and ``allowed_callers`` (ids or ``*``) by caller. Limits bind the caller.
+    """
+
+    can_delegate: bool = True
+    can_handoff: bool = True
+    callable: bool = False
+    allow_as_subagent: bool = True
+    allow_as_handoff_target: bool = True
+    allowed_callers: tuple[str, ...] = ("*",)
+    description_for_agents: str = ""
+    max_concurrent_invocations: int = Field(3, ge=1, le=64)
+    max_invocations_per_run: int = Field(8, ge=1, le=1_000)
+    result_budget_tokens: int = Field(8_000, ge=100, le=200_000)
+    max_handoff_depth: int = Field(8, ge=0, le=64)
+
+    def allows_caller(self, caller_id: str) -> bool:
+        return "*" in self.allowed_callers or caller_id in self.allowed_callers
+
+
 class Profile(_Model):
     """An agent profile. Load with :meth:`load`, create with :meth:`new`."""
 
@@ -147,6 +172,7 @@ class Profile(_Model):
     skills: SkillSettings = SkillSettings()
     run: RunSettings = RunSettings()
     prompt: PromptSettings = PromptSettings()
+    delegation: DelegationSettings = DelegationSettings()
 
     @field_validator("tool_descriptions")
     @classmethod

@@ -58,8 +58,33 @@ class HandoffAccepted:
     brief: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class DelegateRequested:
+    """``agent.delegate``: the runtime checks the target and starts the child task."""
+
+    agent_id: str
+    task: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitRequested:
+    """``agent.await``: the runtime waits on the caller's tasks (``task_ids`` None = all)."""
+
+    task_ids: tuple[str, ...] | None
+    mode: str
+    timeout_ms: int
+
+
 AgentToolEffect = (
-    NoEffect | FileWritten | FilePatched | CommitRequested | Finish | TaskReturned | HandoffAccepted
+    NoEffect
+    | FileWritten
+    | FilePatched
+    | CommitRequested
+    | Finish
+    | TaskReturned
+    | HandoffAccepted
+    | DelegateRequested
+    | AwaitRequested
 )
 NO_EFFECT = NoEffect()
 

@@ -374,11 +374,24 @@ def show_timeline(console: Console, run_dir: Path, events: list[Event]) -> None:
     summary = _summary(run_dir)
     console.print(f"[bold]{summary['runId']}[/]  {summary['scene']}  {summary['status']}")
     t0 = events[0]["timestamp"] if events else ""
+    depth: dict[str, int] = {}  # child invocations, nested under their parents
+    agent_of: dict[str, str] = {}
+    call_inv: dict[str, str] = {}
     for event in events:
         kind, p = event["type"], event["payload"]
         level = event["level"]
+        if kind == "invocation_started" and p.get("kind") == "child":
+            depth[p["invocationId"]] = depth.get(p.get("parentInvocationId") or "", 0) + 1
+            agent_of[p["invocationId"]] = p.get("agentId") or ""
+        if kind == "tool_call_requested":
+            call_inv[p["callId"]] = p["invocationId"]
+        owner = p.get("invocationId") or call_inv.get(p.get("callId") or "") or ""
+        if kind == "task_started":
+            owner = p["parentInvocationId"]
+        nest = depth.get(owner, 0)
+        tag = "    " * nest + (f"[{agent_of[owner]}] " if nest else "")
         style = {"error": "bold red", "warn": "yellow"}.get(level, "")
-        head = f"{event['seq']:>4} {event['timestamp'][11:23]} {kind}"
+        head = f"{event['seq']:>4} {event['timestamp'][11:23]} {tag}{kind}"
         detail = ""
         if kind == "tool_call_requested":
             args = Progress(console, run_dir)._arguments(p.get("argumentsRef"))
@@ -395,6 +408,10 @@ def show_timeline(console: Console, run_dir: Path, events: list[Event]) -> None:
             detail = f"floor {p.get('floor', '')} {p.get('path', '')}".strip()
         elif kind in TERMINAL or kind == "reminder_added":
             detail = _short({k: v for k, v in p.items() if k != "text"}, 120)
+        elif kind in ("task_started", "task_finished"):
+            detail = f"{p['taskId']} {p['agentId']} → {p.get('invocationId')} {p.get('status', '')}"
+        elif kind == "handoff_accepted":
+            detail = f"to {p['agentId']} ({p['toInvocationId']}, depth {p['depth']})"
         line = escape(f"{head}  {detail}".rstrip())
         console.print(f"[{style}]{line}[/]" if style else line)
     del t0

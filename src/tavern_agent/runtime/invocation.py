@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tavern_agent.core.profile import Profile
 from tavern_agent.providers.transcript import AssistantMessage, Transcript
 from tavern_agent.tools.gate import ToolRequestGate
 from tavern_agent.tools.snapshot import ToolSnapshot
@@ -35,20 +36,33 @@ class Invocation:
     snapshot: ToolSnapshot
     gate: ToolRequestGate
     transcript: Transcript
-    kind: str = "root"  # "root" or "revision"
+    kind: str = "root"  # "root", "revision", "child" (a delegated task) or "handoff"
     revision_of: str | None = None
+    profile: Profile | None = None  # the agent's profile when it is not the run's
+    parent_id: str | None = None  # the delegating invocation of a child
+    task_id: str | None = None  # a child's task
     round: int = 0
     requested: set[str] = field(default_factory=set)  # call ids journaled as requested
     resulted: set[str] = field(default_factory=set)  # call ids with a stored result
     finished: bool = False
 
+    @property
+    def is_child(self) -> bool:
+        return self.kind == "child"
+
     def record(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "id": self.id,
             "snapshotId": self.snapshot.id,
             "kind": self.kind,
             "revisionOf": self.revision_of,
         }
+        if self.profile is not None:
+            out["agentId"] = self.profile.id
+            out["profile"] = self.profile.to_json()
+        if self.parent_id is not None:
+            out |= {"parentInvocationId": self.parent_id, "taskId": self.task_id}
+        return out
 
     def last_turn(self) -> AssistantMessage | None:
         """The newest assistant message."""

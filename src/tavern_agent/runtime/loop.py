@@ -33,10 +33,14 @@ from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import (
     AgentToolResult,
+    AwaitRequested,
     CommitRequested,
+    DelegateRequested,
     FilePatched,
     FileWritten,
     Finish,
+    HandoffAccepted,
+    TaskReturned,
 )
 from tavern_agent.fsutil import AlreadyWritten
 from tavern_agent.providers.gateway import (
@@ -57,6 +61,7 @@ from tavern_agent.providers.transcript import (
     outcome_unknown_result,
     truncated_result,
 )
+from tavern_agent.runtime.agents import AgentTask, AgentTasks, ProfileSource
 from tavern_agent.runtime.checkpoint import (
     load_checkpoint,
     reads_from_json,
@@ -158,6 +163,7 @@ class Engine:
         *,
         listeners: tuple[Listener, ...] = (),
         fsync: bool = True,
+        profiles: ProfileSource | None = None,
     ) -> None:
         self.run = run
         self.gateway = gateway
@@ -170,6 +176,8 @@ class Engine:
         self.finished = False
         self.current: Invocation = run.invocations[-1]
         self.confirmed_calls: dict[str, str] = {}  # commit call id → path, confirmed on resume
+        self.agents = AgentTasks(self, profiles or ProfileSource(run.data.path))
+        self.pending_handoff: Invocation | None = None  # accepted this turn, starts next
 
     # ------------------------------------------------------------ entry points
 
@@ -225,6 +233,11 @@ class Engine:
     # ------------------------------------------------------------ the loop
 
     def _invocation_started(self, inv: Invocation) -> None:
+        links: dict[str, Any] = {}
+        if inv.profile is not None:
+            links["agentId"] = inv.profile.id
+        if inv.parent_id is not None:
+            links |= {"parentInvocationId": inv.parent_id, "taskId": inv.task_id}
         self.journal.append(
             "invocation_started",
             {
@@ -234,15 +247,27 @@ class Engine:
                 "revisionOf": inv.revision_of,
                 "tools": inv.snapshot.model_names,
                 "maxCalls": inv.snapshot.max_calls_per_invocation,
-            },
+            }
+            | links,
         )
-        self._checkpoint()
+        if not inv.is_child:  # a child's start is journaled; its turns checkpoint
+            self._checkpoint()
+
+    invocation_started = _invocation_started
+
+    def pair_pending(self, inv: Invocation) -> None:
+        """Pair a stopped invocation's open calls (a child cancelled with its run)."""
+        self._pair_pending(inv, cancelled=True)
+
+    def cancel_task(self, task_id: str) -> bool:
+        """Stop one delegated task; its caller sees it as failed."""
+        return self.agents.cancel(task_id)
 
     async def _execute(self, inv: Invocation) -> RunResult:
         try:
             return await self._drive(inv)
         except asyncio.CancelledError:
-            self._pair_pending(inv, cancelled=True)
+            self._pair_pending(self.current, cancelled=True)
             self._end("run_cancelled", ErrorCode.RUN_CANCELLED, "The run was cancelled.")
             raise
         except ModelError as exc:
@@ -251,13 +276,18 @@ class Engine:
             return self._fail(ErrorCode.RUN_STORAGE_FAILED, f"{type(exc).__name__}: {exc}")
 
     async def _drive(self, inv: Invocation) -> RunResult:
-        max_rounds = self.run.profile.limits.max_rounds
         while True:
+            max_rounds = (inv.profile or self.run.profile).limits.max_rounds
             turn = inv.last_turn()
             if turn is not None and inv.pending_calls():
                 await self._run_calls(inv, turn)  # a turn left unfinished by an interruption
             if self.finished:
                 return self._complete()
+            if self.pending_handoff is not None:  # the caller's part ended; the target goes on
+                inv, self.pending_handoff = self.pending_handoff, None
+                self.current = inv
+                self._invocation_started(inv)
+                continue
             last = inv.transcript.items[-1] if inv.transcript.items else None
             if isinstance(last, AssistantMessage) and not last.calls:
                 if self.run.scene is Scene.SESSION:
@@ -269,11 +299,64 @@ class Engine:
                     "tool call was accepted."
                 )
                 return self._fail(ErrorCode.MODEL_TOOL_CALL_REQUIRED, text)
+            self.agents.inject(inv)
             await self._request(inv)
 
+    async def drive_child(self, task: AgentTask) -> None:
+        """A delegated task's own loop, in the background, until it returns or ends."""
+        inv = task.inv
+        limit = task.profile.limits.max_rounds
+        reminded = False
+        try:
+            while task.live:
+                turn = inv.last_turn()
+                if turn is not None and inv.pending_calls():
+                    await self._run_calls(inv, turn, inv.round)
+                    continue
+                last = inv.transcript.items[-1]
+                if isinstance(last, AssistantMessage) and not last.calls:
+                    if reminded:
+                        text = last.text.strip() or "(no text)"
+                        summary = f"The agent stopped without returning. Its last text: {text}"
+                        self.agents.fail(task, "no_return", summary)
+                        return
+                    self._remind_child(inv)
+                    reminded = True
+                if inv.round >= limit:
+                    text = f"The agent used its {limit} rounds without returning a result."
+                    self.agents.fail(task, "rounds_used", text)
+                    return
+                await self._request(inv)
+        except asyncio.CancelledError:
+            if task.live:  # stopped on its own, not with the run
+                self._pair_pending(inv, cancelled=True)
+                self.agents.fail(task, "cancelled", "The task was stopped before it returned.")
+            raise
+        except ModelError as exc:
+            self.agents.fail(task, "model_error", f"The agent's model failed: {exc}")
+        except (OSError, WorkspaceEscape) as exc:
+            self.agents.fail(task, "storage_error", f"{type(exc).__name__}: {exc}")
+
+    def _remind_child(self, inv: Invocation) -> None:
+        name = inv.snapshot.name_of("builtin:task.return") or "task_return"
+        text = (
+            f"Your turn had no tool call, so nothing was returned. Call {name} alone with "
+            "your summary and status; it is the only way to return your result."
+        )
+        self.journal.append(
+            "reminder_added",
+            {"invocationId": inv.id, "round": inv.round, "savedTo": None, "text": text},
+            level="warn",
+        )
+        inv.transcript = inv.transcript.append(UserMessage(text))
+
     async def _request(self, inv: Invocation) -> None:
-        number = self.rounds + 1
-        path = response_path(self.run.run_dir, number)
+        if inv.is_child:  # children count their own rounds and store their own responses
+            number = inv.round + 1
+            path = self.run.run_dir / "model-responses" / inv.id / f"round-{number:03d}.json"
+        else:
+            number = self.rounds + 1
+            path = response_path(self.run.run_dir, number)
         if path.exists():  # stored before an interruption: never ask twice
             reply = reply_from_json(json.loads(path.read_text(encoding="utf-8")))
         else:
@@ -296,7 +379,8 @@ class Engine:
             with contextlib.suppress(AlreadyWritten):
                 write_audit(path, json.dumps(record, ensure_ascii=False).encode("utf-8"))
         message = reply.response.message
-        self.rounds = number
+        if not inv.is_child:
+            self.rounds = number
         inv.round += 1
         self.journal.append(
             "model_response_stored",
@@ -312,8 +396,10 @@ class Engine:
         )
         inv.transcript = inv.transcript.append(message)
 
-    async def _run_calls(self, inv: Invocation, message: AssistantMessage) -> None:
-        number = self.rounds
+    async def _run_calls(
+        self, inv: Invocation, message: AssistantMessage, number: int | None = None
+    ) -> None:
+        number = self.rounds if number is None else number
         calls = message.calls
         if message.finish.truncated:
             for rc in calls:
@@ -373,6 +459,11 @@ class Engine:
             result, effect = executed.result, executed.effect
             if isinstance(effect, CommitRequested):
                 await self._commit(rc, effect)
+            elif isinstance(
+                effect, DelegateRequested | AwaitRequested | TaskReturned | HandoffAccepted
+            ):
+                assert binding is not None  # effects come only from dispatched tools
+                result = await self.agents.apply(inv, rc, binding, effect)
             elif isinstance(effect, Finish):
                 if self.run.foreground and self.commits_confirmed == 0:
                     result = commit_required_result(rc, snapshot)
@@ -530,6 +621,7 @@ class Engine:
     def _end(
         self, kind: str, code: ErrorCode | None, message: str, payload: dict[str, Any] | None = None
     ) -> None:
+        self.agents.stop_all("the run ended" if code is None else message.rstrip("."))
         body = payload or self._summary()
         if code is not None:
             body = body | {"errorCode": code.value, "message": message}
@@ -565,6 +657,8 @@ class Engine:
         for event in events:
             kind, p = event["type"], event["payload"]
             if kind == "invocation_started":
+                if p.get("kind") == "child":
+                    continue
                 self.current = by_id[p["invocationId"]]
                 self.finished = False
             elif kind == "model_response_stored":
@@ -572,7 +666,8 @@ class Engine:
                 item = Transcript.from_json({"items": [p["message"]]}).items[0]
                 inv.transcript = inv.transcript.append(item)
                 inv.round += 1
-                self.rounds = int(p["round"])
+                if not inv.is_child:
+                    self.rounds = int(p["round"])
             elif kind == "tool_call_requested":
                 by_id[p["invocationId"]].requested.add(p["callId"])
             elif kind == "tool_result_stored":
@@ -580,7 +675,7 @@ class Engine:
                 item = Transcript.from_json({"items": [{"type": "result", **p["result"]}]}).items[0]
                 inv.transcript = inv.transcript.append(item)
                 inv.resulted.add(p["callId"])
-            elif kind == "reminder_added":
+            elif kind in ("reminder_added", "task_results_injected"):
                 inv = by_id[p["invocationId"]]
                 inv.transcript = inv.transcript.append(UserMessage(p["text"]))
             elif kind == "commit_requested":

@@ -18,6 +18,7 @@ All of these are internal: the model's tools cannot see them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import secrets
@@ -35,6 +36,7 @@ from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile
 from tavern_agent.fsutil import atomic_write, write_once
 from tavern_agent.providers.transcript import Transcript, UserMessage
+from tavern_agent.runtime.agents import ProfileSource, directory
 from tavern_agent.runtime.invocation import Invocation, prompt_path, snapshot_path
 from tavern_agent.runtime.persist import PersistBase, PersistStore
 from tavern_agent.runtime.prompt import CARD_FIELDS, chat_material, system_prompt
@@ -179,6 +181,9 @@ class Run:
         )
         snapshot.save(snapshot_path(run_dir, snapshot.id))
         system = system_prompt(profile, snapshot, chat.character_name if chat else "")
+        listing = directory(ProfileSource(data.path), profile, snapshot)  # R2.4
+        if listing:
+            system = f"{system}\n\n{listing}"
         if chat_run is not None:
             user = chat_material(
                 chat=chat,
@@ -204,17 +209,24 @@ class Run:
         *,
         kind: str = "root",
         revision_of: str | None = None,
+        profile: Profile | None = None,
+        parent_id: str | None = None,
+        task_id: str | None = None,
     ) -> Invocation:
+        """A new invocation; ``profile`` for another agent's (a child's or a handoff's)."""
         _write_json(
             prompt_path(self.run_dir, invocation_id), {"system": system, "user": user}, once=True
         )
         inv = Invocation(
             invocation_id,
             snapshot,
-            self.make_gate(snapshot),
+            self.make_gate(snapshot, profile, child=kind == "child"),
             Transcript((UserMessage(user),), system),
             kind,
             revision_of,
+            profile,
+            parent_id,
+            task_id,
         )
         self.invocations.append(inv)
         self.record["invocations"] = [i.record() for i in self.invocations]
@@ -231,16 +243,24 @@ class Run:
             inv_id, root.snapshot, prompt["system"], user, kind="revision", revision_of=root.id
         )
 
-    def make_gate(self, snapshot: ToolSnapshot) -> ToolRequestGate:
+    def make_gate(
+        self, snapshot: ToolSnapshot, profile: Profile | None = None, *, child: bool = False
+    ) -> ToolRequestGate:
+        """A gate; another agent's ``profile`` sees the same workspace through its own roots."""
         seed = self.record.get("seed")
+        workspace, chat = self.workspace, self.chat
+        if profile is not None:
+            workspace = self.data.view(self.workspace, self.scene, profile)
+        if child and chat is not None:
+            chat = dataclasses.replace(chat, allow_commit=False, profile_id=snapshot.profile_id)
         return ToolRequestGate(
             snapshot,
             Dispatcher(self.catalog),
             result_files=DirectoryResultFiles(self.workspace.root),
             run_id=self.id,
             rng=random.Random(seed),
-            workspace=self.workspace,
-            chat=self.chat,
+            workspace=workspace,
+            chat=chat,
         )
 
     def save_record(self) -> None:
@@ -277,14 +297,20 @@ class Run:
         for entry in record["invocations"]:
             snapshot = ToolSnapshot.load(snapshot_path(run_dir, entry["snapshotId"]))
             prompt = json.loads(prompt_path(run_dir, entry["id"]).read_text(encoding="utf-8"))
+            kind = entry.get("kind", "root")
+            own = entry.get("profile")
+            agent = None if own is None else Profile.from_json(own, f"{run_dir / RUN_FILE}")
             run.invocations.append(
                 Invocation(
                     entry["id"],
                     snapshot,
-                    run.make_gate(snapshot),
+                    run.make_gate(snapshot, agent, child=kind == "child"),
                     Transcript((UserMessage(prompt["user"]),), prompt["system"]),
-                    entry.get("kind", "root"),
+                    kind,
                     entry.get("revisionOf"),
+                    agent,
+                    entry.get("parentInvocationId"),
+                    entry.get("taskId"),
                 )
             )
         return run

@@ -10,8 +10,9 @@ arguments may be a dict (sent as JSON text) or a raw string (sent as is).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,3 +102,37 @@ class ScriptedGateway:
     def load(cls, path: Path, delay: float = 0.0) -> ScriptedGateway:
         data = json.loads(path.read_text(encoding="utf-8"))
         return cls([Turn.from_json(t) for t in data["turns"]], delay)
+
+
+AgentScript = Sequence[Turn | Callable[[ModelRequest], Turn | Awaitable[Turn]]]
+
+
+@dataclass
+class ScriptedAgents:
+    """Several agents, each answered from its own script (keyed by profile id).
+
+    Each invocation counts its own requests: the Nth request of an invocation
+    gets ``scripts[agent][N-1]``, so every child of one agent runs the same
+    script. A turn may be a function of the request, also an ``async`` one
+    (which may wait, as a slow model does). Call ids are unique in the run.
+    """
+
+    scripts: Mapping[str, AgentScript]
+    requests: list[ModelRequest] = field(default_factory=list)
+    _counts: dict[str, int] = field(default_factory=dict)
+
+    async def respond(self, request: ModelRequest) -> ModelReply:
+        self.requests.append(request)
+        count = self._counts.get(request.invocation_id, 0) + 1
+        self._counts[request.invocation_id] = count
+        script = self.scripts.get(request.snapshot.profile_id)
+        if script is None or count > len(script):
+            raise ModelError(f"no turn {count} for agent {request.snapshot.profile_id}")
+        entry = script[count - 1]
+        made = entry if isinstance(entry, Turn) else entry(request)
+        turn = await made if inspect.isawaitable(made) else made
+        message = turn.message(len(self.requests))
+        return ModelReply(DecodedResponse(message, message.finish.value), {"scripted": True})
+
+    async def aclose(self) -> None:
+        return None

@@ -157,7 +157,11 @@ class ToolCatalog:
         before = {str(t) for t in previous.tools.enabled()} if previous else set()
         problems: list[str] = []
         for tool_id in profile.tools.enabled():
-            if str(tool_id) not in before and tool_id not in known:
+            if tool_id == TASK_RETURN:
+                problems.append(
+                    f"tools.allow: {tool_id} cannot be listed; delegated children get it"
+                )
+            elif str(tool_id) not in before and tool_id not in known:
                 problems.append(f"tools.allow: {tool_id} is not a registered tool")
         for key, override in profile.tool_descriptions.items():
             descriptor = known.get(ToolId.parse(key))
@@ -175,15 +179,23 @@ class ToolCatalog:
         if problems:
             raise ProfileValidationError(problems)
 
-    def prepare(self, profile: Profile, scene: Scene) -> PreparedTools:
+    def prepare(self, profile: Profile, scene: Scene, *, child: bool = False) -> PreparedTools:
         """The profile's tools for ``scene`` in allow order, overrides applied (R1.4).
 
         Missing, disabled or out-of-scene tools are skipped with a diagnostic.
+        ``task.return`` is only ever added for a return-mode ``child``, which in
+        turn loses commit, finish, delegate, handoff and await (R2.3).
         """
         available = self.index(scene)
         chosen: list[ToolDescriptor] = []
         notes: list[str] = []
-        for tool_id in profile.tools.enabled():
+        enabled = profile.tools.enabled()
+        if TASK_RETURN in enabled:
+            notes.append(f"{TASK_RETURN} skipped: only delegated child agents get it")
+        enabled = [t for t in enabled if t != TASK_RETURN]
+        if child:
+            enabled = [t for t in enabled if t not in CHILD_DROPS] + [TASK_RETURN]
+        for tool_id in enabled:
             descriptor = available.get(tool_id)
             if descriptor is None:
                 why = self._why_missing(tool_id, scene)
@@ -221,6 +233,20 @@ def _apply_override(
     return replace(
         descriptor, description=description or descriptor.description, parameters=params
     ), notes
+
+
+TASK_RETURN = ToolId.builtin("task.return")
+# A return-mode child never publishes, finishes the run, delegates or hands off (R2.3).
+CHILD_DROPS = frozenset(
+    ToolId.builtin(n)
+    for n in (
+        "workspace.commit",
+        "workspace.finish",
+        "agent.delegate",
+        "agent.handoff",
+        "agent.await",
+    )
+)
 
 
 def tool_ids(descriptors: Iterable[ToolDescriptor]) -> list[ToolId]:

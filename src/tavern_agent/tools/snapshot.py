@@ -202,9 +202,11 @@ def build_snapshot(
     scene: Scene,
     protocol: ModelProtocol,
     snapshot_id: str,
+    *,
+    child: bool = False,
 ) -> ToolSnapshot:
-    """Freeze the tool set of a new Invocation (R1.4)."""
-    prepared = catalog.prepare(profile, scene)
+    """Freeze the tool set of a new Invocation (R1.4); ``child``: a return-mode child."""
+    prepared = catalog.prepare(profile, scene, child=child)
     return ToolSnapshot(
         id=snapshot_id,
         protocol=protocol,

@@ -76,6 +76,13 @@ class DataRoot:
         root = self.path / "sessions" / _checked_id("session id", session_id)
         return self._open(root, Scene.SESSION, profile)
 
+    def view(self, workspace: Workspace, scene: Scene, profile: Profile) -> Workspace:
+        """The same workspace folder as another agent's ``profile`` sees it (its own roots)."""
+        view = self._open(workspace.root, scene, profile)
+        view.chat_floors_dir = workspace.chat_floors_dir
+        view.chat_floor_count = workspace.chat_floor_count
+        return view
+
     def _open(self, root: Path, scene: Scene, profile: Profile) -> Workspace:
         visible = frozenset(s.folder for s in self.skills(profile))
         return Workspace(

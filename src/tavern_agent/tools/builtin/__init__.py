@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tavern_agent.tools.builtin import (
+    agents,
     chat,
     commit,
     dice,
@@ -28,6 +29,10 @@ BUILTIN_TOOLS: tuple[BuiltinTool, ...] = (
     shell.SHELL,
     finish.FINISH,
     dice.ROLL,
+    agents.DELEGATE,
+    agents.AWAIT,
+    agents.HANDOFF,
+    agents.TASK_RETURN,
 )
 
 

@@ -1,0 +1,150 @@
+"""Scheduling overhead of delegation: 50 children delegated in one turn and awaited.
+
+A session run's root agent delegates N tasks in one turn (``agent.delegate``
+N times), awaits them all (``agent.await`` allCompleted) and answers. Each
+child answers its one model request with ``task.return``. The model is the
+scripted fake (:class:`ScriptedAgents`, pre-built turns, no I/O): the stored
+``ReplayGateway`` answers by the run's round number and does not know the
+children's per-invocation response files, so the scripted model stands in for a
+replay; its own cost is a few microseconds per answer.
+
+Per child = (wall time of the run with N children − the same run with the
+delegating turn replaced by one dice roll) / N. That covers everything the
+runtime does for a child: the delegate call (target check, snapshot, prompt and
+run record, journal), starting the background task, the child's model request
+bookkeeping (response file, journal), its ``task.return`` call (summary file,
+result record) and the await. Also reported: the median ``agent.delegate`` call
+alone (its journaled ``elapsedMs``). Medians of R repeats; journal with and
+without fsync. Goal from the issue: under 2 ms per child.
+Run: ``python benchmarks/delegation.py [--children N] [--repeats R] [--dir PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tavern_agent.core.profile import Profile
+from tavern_agent.runtime.journal import read_events
+from tavern_agent.runtime.loop import Engine
+from tavern_agent.runtime.run import Run, RunSpec
+from tavern_agent.runtime.scripted import AgentScript, ScriptedAgents, Turn, call, calls, say
+from tavern_agent.tools.builtin import builtin_registry
+from tavern_agent.tools.catalog import ToolCatalog
+from tavern_agent.workspace.layout import DataRoot
+
+
+def root_profile(children: int) -> Profile:
+    return Profile.from_json(
+        {
+            "id": "lead",
+            "name": "Lead",
+            "tools": {
+                "allow": ["builtin:agent.delegate", "builtin:agent.await", "builtin:dice.roll"]
+            },
+            "delegation": {
+                "maxConcurrentInvocations": 64,
+                "maxInvocationsPerRun": max(children, 1),
+            },
+        }
+    )
+
+
+def helper_profile() -> dict[str, Any]:
+    return {
+        "id": "helper",
+        "name": "Helper",
+        "description": "Answers one question.",
+        "tools": {"allow": ["builtin:dice.roll"]},
+        "delegation": {"callable": True},
+    }
+
+
+def scripts(children: int) -> dict[str, AgentScript]:
+    task = {"objective": "Answer one question.", "title": "Question"}
+    first: Turn = (
+        calls(*(("agent_delegate", {"agentId": "helper", "task": task}),) * children)
+        if children
+        else call("dice_roll", {"formula": "d6"})
+    )
+    wait: Turn = (
+        call("agent_await", {"mode": "allCompleted"})
+        if children
+        else call("dice_roll", {"formula": "d6"})
+    )
+    done = call("task_return", {"summary": "The answer is 42.", "status": "completed"})
+    return {"lead": [first, wait, say("All done.")], "helper": [done]}
+
+
+def one_run(base: Path, children: int, fsync: bool) -> tuple[float, list[float]]:
+    data = DataRoot(base / "data")
+    (data.path / "profiles").mkdir(parents=True, exist_ok=True)
+    (data.path / "profiles" / "helper.json").write_text(json.dumps(helper_profile()))
+    catalog = ToolCatalog(builtin_registry())
+    spec = RunSpec(root_profile(children), session="bench", seed=1)
+    run = Run.start(data, catalog, spec)
+    engine = Engine(run, ScriptedAgents(scripts(children)), fsync=fsync)
+    started = time.perf_counter()
+    try:
+        result = asyncio.run(engine.start())
+    finally:
+        engine.close()
+    elapsed = time.perf_counter() - started
+    if result.status != "completed":
+        raise SystemExit(f"run {run.id} ended {result.status}: {result.message}")
+    events = read_events(run.run_dir / "events.jsonl")
+    finished = [e for e in events if e["type"] == "task_finished"]
+    if len(finished) != children or any(e["payload"]["status"] != "completed" for e in finished):
+        raise SystemExit(f"run {run.id}: not every child returned")
+    delegate_ms = [
+        float(e["payload"]["elapsedMs"])
+        for e in events
+        if e["type"] == "tool_call_completed" and e["payload"]["name"] == "agent_delegate"
+    ]
+    return elapsed, delegate_ms
+
+
+def measure(where: Path, children: int, repeats: int, fsync: bool) -> dict[str, float]:
+    per_child: list[float] = []
+    delegate: list[float] = []
+    totals: list[float] = []
+    for i in range(repeats):
+        with tempfile.TemporaryDirectory(dir=where) as tmp:
+            with_children, calls_ms = one_run(Path(tmp) / f"n{i}", children, fsync)
+            baseline, _ = one_run(Path(tmp) / f"b{i}", 0, fsync)
+        totals.append(with_children)
+        per_child.append((with_children - baseline) / children * 1000)
+        delegate.extend(calls_ms)
+    return {
+        "per_child_ms": statistics.median(per_child),
+        "delegate_call_ms": statistics.median(delegate),
+        "total_s": statistics.median(totals),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--children", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
+    args = parser.parse_args(argv)
+    print(f"{args.children} children delegated in one turn and awaited, under {args.dir}")
+    print(f"{'journal':<10} {'per child':>10} {'delegate call':>14} {'run total':>10}")
+    for fsync in (True, False):
+        r = measure(args.dir, args.children, args.repeats, fsync)
+        label = "fsync" if fsync else "no fsync"
+        print(
+            f"{label:<10} {r['per_child_ms']:>8.2f}ms {r['delegate_call_ms']:>12.2f}ms "
+            f"{r['total_s']:>9.3f}s"
+        )
+    print("goal: under 2 ms per child")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""Multi-agent tools: ``agent.delegate``, ``agent.await``, ``agent.handoff``, ``task.return``.
+
+Each tool only shapes its request into a typed effect; the runtime
+(:mod:`tavern_agent.runtime.agents`) checks eligibility, budgets and the task
+registry, applies the effect and writes the result the model reads. A return-mode
+child's snapshot has ``task.return`` instead of commit, finish, delegate, handoff
+and await (R2.3); no profile can list ``task.return`` itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tavern_agent.core.results import (
+    AwaitRequested,
+    DelegateRequested,
+    HandoffAccepted,
+    TaskReturned,
+    ToolOutcome,
+)
+from tavern_agent.tools.builtin.registry import builtin_tool
+from tavern_agent.tools.context import CallContext
+
+AWAIT_MODES = ("nextCompleted", "allCompleted", "statusOnly")
+DEFAULT_TIMEOUT_MS = 120_000
+MAX_TIMEOUT_MS = 300_000
+_STR = {"type": "string"}
+
+
+@builtin_tool(
+    "agent.delegate",
+    description=(
+        "Start a task for an agent from the Agents list; it runs in the background. "
+        "Returns a taskId at once: collect the result with agent await."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "agentId": _STR,
+            "task": {
+                "type": "object",
+                "properties": {
+                    "objective": {"type": "string", "description": "What to do, self-contained."},
+                    "title": _STR,
+                    "context": _STR,
+                    "expectedOutput": _STR,
+                },
+                "required": ["objective"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["agentId", "task"],
+        "additionalProperties": False,
+    },
+)
+async def DELEGATE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    return ToolOutcome("", effect=DelegateRequested(args["agentId"], dict(args["task"])))
+
+
+@builtin_tool(
+    "agent.await",
+    description=(
+        "Wait for your delegated tasks; returns each status, and summary and files when done."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "taskIds": {"type": "array", "items": _STR, "description": "Default: all yours."},
+            "mode": {"type": "string", "enum": list(AWAIT_MODES)},
+            "timeoutMs": {"type": "integer", "description": "Default 120000, max 300000."},
+        },
+        "required": ["mode"],
+        "additionalProperties": False,
+    },
+)
+async def AWAIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    ids = args.get("taskIds")
+    timeout = max(0, min(int(args.get("timeoutMs", DEFAULT_TIMEOUT_MS)), MAX_TIMEOUT_MS))
+    effect = AwaitRequested(None if ids is None else tuple(ids), args["mode"], timeout)
+    return ToolOutcome("", effect=effect)
+
+
+@builtin_tool(
+    "agent.handoff",
+    description=(
+        "Hand the rest of this run to an agent from the Agents list; your part ends. "
+        "Await your tasks first. Call it alone."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "agentId": _STR,
+            "handoff": {
+                "type": "object",
+                "properties": {
+                    "objective": _STR,
+                    "title": _STR,
+                    "reason": _STR,
+                    "contextSummary": _STR,
+                    "workspaceRefs": {"type": "array", "items": _STR},
+                    "mustPreserve": {"type": "array", "items": _STR},
+                    "completionCriteria": {"type": "array", "items": _STR},
+                },
+                "required": ["objective"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["agentId", "handoff"],
+        "additionalProperties": False,
+    },
+    finishing=True,
+)
+async def HANDOFF(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    return ToolOutcome("", effect=HandoffAccepted(args["agentId"], dict(args["handoff"])))
+
+
+_LIST = {"type": "array", "items": _STR}
+
+
+@builtin_tool(
+    "task.return",
+    description="Return your result to the agent that gave you the task; this ends your work.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "summary": {"type": "string", "description": "The result, self-contained."},
+            "status": {"type": "string", "enum": ["completed", "failed"]},
+            "confidence": {"type": "number"},
+            "artifacts": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"path": _STR, "kind": _STR, "role": _STR},
+                    "required": ["path"],
+                    "additionalProperties": False,
+                },
+            },
+            "findings": _LIST,
+            "warnings": _LIST,
+            "suggestedNextActions": _LIST,
+            "questionsForCaller": _LIST,
+        },
+        "required": ["summary", "status"],
+        "additionalProperties": False,
+    },
+    finishing=True,
+)
+async def TASK_RETURN(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    return ToolOutcome("", effect=TaskReturned(dict(args)))
