@@ -125,6 +125,8 @@ async def test_page_tools_are_called_through_the_gate(
     timed_out = await call(gate, "silent", "{}")
     assert timed_out.error_code is ErrorCode.EXTENSION_TOOL_TIMEOUT
     assert "may have run" in timed_out.content and "Check the current state" in timed_out.content
+    # The abort reaches the page on its own message; wait for it before looking.
+    await page.wait_for_function("() => aborted.length > 0")
     assert await page.evaluate("aborted") == [["call_silent", "timeout"]]
     again = await call(gate, "echo", '{"text": "still here"}')
     assert again.structured["echoed"] == "still here"  # the connection survived the late reply
@@ -143,6 +145,7 @@ async def test_cancel_aborts_the_signal_and_reload_disconnects(
     cancelled.set()
     result = await running
     assert result.error_code is ErrorCode.EXTENSION_TOOL_CANCELLED
+    await page.wait_for_function("() => aborted.length > 0")
     assert await page.evaluate("aborted") == [["call_silent", "cancelled"]]
 
     # The page goes away mid-call: the outcome is unknown; its tools are gone.
