@@ -31,7 +31,7 @@ from pydantic import ConfigDict, ValidationError, create_model
 from tavern_agent.core.descriptors import Scene, ToolDescriptor
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.ids import ToolId
-from tavern_agent.tools.catalog import ExternalReceipt
+from tavern_agent.tools.catalog import ExternalReceipt, enabled_catalog, entry_availability
 from tavern_agent.tools.context import CallContext
 
 log = logging.getLogger(__name__)
@@ -241,15 +241,10 @@ class ExtensionRegistry:
     # ------------------------------------------------------------ the port
 
     def catalog(self, scene: Scene) -> Sequence[ToolDescriptor]:
-        return [
-            t.descriptor for t in self.tools.values() if t.enabled and t.descriptor.serves(scene)
-        ]
+        return enabled_catalog(self.tools.values(), scene)
 
     def availability(self, tool_id: ToolId) -> str | None:
-        found = self.tools.get(tool_id)
-        if found is None:
-            return "it is no longer registered"
-        return None if found.enabled else "it has been disabled"
+        return entry_availability(self.tools.get(tool_id))
 
     def origin(self, tool_id: ToolId) -> str | None:
         """Which module registered ``tool_id`` (for listings), or ``None``."""

@@ -38,7 +38,13 @@ from tavern_agent.extensions.host import (
 )
 from tavern_agent.extensions.python import unavailable
 from tavern_agent.fsutil import atomic_write
-from tavern_agent.tools.catalog import ExtensionTools, ExternalReceipt
+from tavern_agent.tools.catalog import (
+    GONE,
+    ExtensionTools,
+    ExternalReceipt,
+    enabled_catalog,
+    entry_availability,
+)
 from tavern_agent.tools.context import CallContext
 
 log = logging.getLogger(__name__)
@@ -182,15 +188,10 @@ class RemoteExtensionTools:
     # ------------------------------------------------------------ the port
 
     def catalog(self, scene: Scene) -> Sequence[ToolDescriptor]:
-        return [
-            e.descriptor for e in self.tools.values() if e.enabled and e.descriptor.serves(scene)
-        ]
+        return enabled_catalog(self.tools.values(), scene)
 
     def availability(self, tool_id: ToolId) -> str | None:
-        found = self.tools.get(tool_id)
-        if found is None:
-            return "it is no longer registered"
-        return None if found.enabled else "it has been disabled"
+        return entry_availability(self.tools.get(tool_id))
 
     def origin(self, tool_id: ToolId) -> str | None:
         found = self.tools.get(tool_id)
@@ -266,7 +267,7 @@ class CombinedExtensionTools:
 
     def availability(self, tool_id: ToolId) -> str | None:
         owner = self._owner(tool_id)
-        return "it is no longer registered" if owner is None else owner.availability(tool_id)
+        return GONE if owner is None else owner.availability(tool_id)
 
     def origin(self, tool_id: ToolId) -> str | None:
         owner = self._owner(tool_id)

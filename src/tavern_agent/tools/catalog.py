@@ -62,6 +62,32 @@ class ExtensionTools(ExternalToolSource, Protocol):
     """Functions registered by extensions, looked up by ToolId at call time (R7.2)."""
 
 
+class Registered(Protocol):
+    """A registered external tool: its descriptor and whether it is switched on."""
+
+    @property
+    def descriptor(self) -> ToolDescriptor: ...
+
+    @property
+    def enabled(self) -> bool: ...
+
+
+GONE = "it is no longer registered"
+DISABLED = "it has been disabled"
+
+
+def enabled_catalog(entries: Iterable[Registered], scene: Scene) -> list[ToolDescriptor]:
+    """The descriptors of the enabled entries that serve ``scene`` (the ``catalog`` answer)."""
+    return [e.descriptor for e in entries if e.enabled and e.descriptor.serves(scene)]
+
+
+def entry_availability(entry: Registered | None) -> str | None:
+    """The ``availability`` answer for a registry entry looked up by ToolId."""
+    if entry is None:
+        return GONE
+    return None if entry.enabled else DISABLED
+
+
 Handler = Callable[[dict[str, Any], CallContext], Awaitable[ExternalReceipt]]
 
 
@@ -87,10 +113,8 @@ class InMemoryToolSource:
 
     def availability(self, tool_id: ToolId) -> str | None:
         if tool_id not in self.tools:
-            return "it is no longer registered"
-        if tool_id in self.disabled:
-            return "it has been disabled"
-        return None
+            return GONE
+        return DISABLED if tool_id in self.disabled else None
 
     async def invoke(
         self, tool_id: ToolId, arguments: dict[str, Any], context: CallContext
