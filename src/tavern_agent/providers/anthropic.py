@@ -20,6 +20,7 @@ from tavern_agent.providers.codec import (
     AUTO,
     CONTINUE_TEXT,
     EncodedHistory,
+    RequestBuilder,
     ToolChoice,
     check_protocol,
     fill_missing_ids,
@@ -50,7 +51,8 @@ STOP = {
 _CHOICE = {"auto": "auto", "none": "none", "required": "any"}
 
 
-class AnthropicCodec:
+class AnthropicCodec(RequestBuilder):
+    max_tokens_field = "max_tokens"
     protocol = ModelProtocol.ANTHROPIC
 
     def encode_tools(
@@ -123,21 +125,6 @@ class AnthropicCodec:
         if repaired.system:
             body["system"] = repaired.system
         return EncodedHistory(body, ids, repaired)
-
-    def build_request(
-        self,
-        model: str,
-        transcript: Transcript,
-        snapshot: ToolSnapshot,
-        choice: ToolChoice = AUTO,
-        *,
-        strict: bool = False,
-        max_tokens: int = 4096,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
-        body.update(self.encode_history(transcript, snapshot).body)
-        body.update(self.encode_tools(snapshot, choice, strict=strict))
-        return body
 
     def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
         text: list[str] = []

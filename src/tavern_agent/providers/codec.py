@@ -93,6 +93,45 @@ class Codec(Protocol):
         """A complete request body (no network)."""
 
 
+class RequestBuilder:
+    """The shared ``build_request``: the request head, then history, then tools.
+
+    Codecs name the field that caps the answer's length; a codec whose head is
+    not ``{model, <cap>}`` overrides :meth:`request_head`.
+    """
+
+    max_tokens_field: str = "max_tokens"
+
+    def request_head(self, model: str, max_tokens: int) -> dict[str, Any]:
+        return {"model": model, self.max_tokens_field: max_tokens}
+
+    def build_request(
+        self: _Encodes,
+        model: str,
+        transcript: Transcript,
+        snapshot: ToolSnapshot,
+        choice: ToolChoice = AUTO,
+        *,
+        strict: bool = False,
+        max_tokens: int = 4096,
+    ) -> dict[str, Any]:
+        """A complete request body (no network)."""
+        body = self.request_head(model, max_tokens)
+        body.update(self.encode_history(transcript, snapshot).body)
+        body.update(self.encode_tools(snapshot, choice, strict=strict))
+        return body
+
+
+class _Encodes(Protocol):
+    def request_head(self, model: str, max_tokens: int) -> dict[str, Any]: ...
+
+    def encode_tools(
+        self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
+    ) -> dict[str, Any]: ...
+
+    def encode_history(self, transcript: Transcript, snapshot: ToolSnapshot) -> EncodedHistory: ...
+
+
 # ---------------------------------------------------------------- shared rules
 
 

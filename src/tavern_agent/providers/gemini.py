@@ -24,6 +24,7 @@ from tavern_agent.providers.codec import (
     AUTO,
     CONTINUE_TEXT,
     EncodedHistory,
+    RequestBuilder,
     ToolChoice,
     check_protocol,
     fill_missing_ids,
@@ -61,7 +62,7 @@ FINISH = {
 _MODE = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
 
 
-class GeminiCodec:
+class GeminiCodec(RequestBuilder):
     protocol = ModelProtocol.GEMINI
 
     def encode_tools(
@@ -138,21 +139,9 @@ class GeminiCodec:
             body["systemInstruction"] = {"parts": [{"text": repaired.system}]}
         return EncodedHistory(body, ids, repaired)
 
-    def build_request(
-        self,
-        model: str,
-        transcript: Transcript,
-        snapshot: ToolSnapshot,
-        choice: ToolChoice = AUTO,
-        *,
-        strict: bool = False,
-        max_tokens: int = 4096,
-    ) -> dict[str, Any]:
-        """The ``generateContent`` body; ``model`` goes in the URL, not the body."""
-        body: dict[str, Any] = self.encode_history(transcript, snapshot).body
-        body.update(self.encode_tools(snapshot, choice, strict=strict))
-        body["generationConfig"] = {"maxOutputTokens": max_tokens}
-        return body
+    def request_head(self, model: str, max_tokens: int) -> dict[str, Any]:
+        """``model`` goes in the URL of ``generateContent``, not in the body."""
+        return {"generationConfig": {"maxOutputTokens": max_tokens}}
 
     def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
         stream = GeminiStream()

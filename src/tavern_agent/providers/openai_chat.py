@@ -20,6 +20,7 @@ from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.providers.codec import (
     AUTO,
     EncodedHistory,
+    RequestBuilder,
     ToolChoice,
     check_protocol,
     fill_missing_ids,
@@ -58,7 +59,8 @@ def dump_arguments(values: Mapping[str, Any]) -> str:
     return _ENCODER.encode(values)
 
 
-class OpenAIChatCodec:
+class OpenAIChatCodec(RequestBuilder):
+    max_tokens_field = "max_completion_tokens"
     protocol = ModelProtocol.OPENAI_CHAT
 
     # ------------------------------------------------------------ tools
@@ -125,21 +127,6 @@ class OpenAIChatCodec:
                     {"role": "tool", "tool_call_id": wire_id, "content": result_text(result)}
                 )
         return EncodedHistory({"messages": messages}, ids, repaired)
-
-    def build_request(
-        self,
-        model: str,
-        transcript: Transcript,
-        snapshot: ToolSnapshot,
-        choice: ToolChoice = AUTO,
-        *,
-        strict: bool = False,
-        max_tokens: int = 4096,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": model, "max_completion_tokens": max_tokens}
-        body.update(self.encode_history(transcript, snapshot).body)
-        body.update(self.encode_tools(snapshot, choice, strict=strict))
-        return body
 
     # ------------------------------------------------------------ responses
 

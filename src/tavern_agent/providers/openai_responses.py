@@ -20,6 +20,7 @@ from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.providers.codec import (
     AUTO,
     EncodedHistory,
+    RequestBuilder,
     ToolChoice,
     check_protocol,
     fill_missing_ids,
@@ -48,7 +49,8 @@ INCOMPLETE = {
 }
 
 
-class OpenAIResponsesCodec:
+class OpenAIResponsesCodec(RequestBuilder):
+    max_tokens_field = "max_output_tokens"
     protocol = ModelProtocol.OPENAI_RESPONSES
 
     def encode_tools(
@@ -107,21 +109,6 @@ class OpenAIResponsesCodec:
         if repaired.system:
             body["instructions"] = repaired.system
         return EncodedHistory(body, ids, repaired)
-
-    def build_request(
-        self,
-        model: str,
-        transcript: Transcript,
-        snapshot: ToolSnapshot,
-        choice: ToolChoice = AUTO,
-        *,
-        strict: bool = False,
-        max_tokens: int = 4096,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": model, "max_output_tokens": max_tokens}
-        body.update(self.encode_history(transcript, snapshot).body)
-        body.update(self.encode_tools(snapshot, choice, strict=strict))
-        return body
 
     def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
         text: list[str] = []
