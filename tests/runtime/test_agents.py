@@ -499,3 +499,29 @@ def test_runs_show_nests_child_events_under_their_parent(tmp_path: Path) -> None
     assert any("tool_call_requested" in line and "dice_roll" in line for line in nested)
     assert any("task_finished" in line for line in nested)
     assert not any("[scout]" in line and "agent_await" in line for line in lines)
+
+
+def test_a_second_handoff_in_one_turn_is_refused_and_the_first_stands(tmp_path: Path) -> None:
+    h, root = setup(tmp_path)
+    brief = {"objective": "Write the crossing scene."}
+    scripts: dict[str, AgentScript] = {
+        "writer": [
+            calls(
+                ("agent_handoff", {"agentId": "closer", "handoff": brief}),
+                ("agent_handoff", {"agentId": "critic", "handoff": brief}),
+            ),
+        ],
+        "closer": [call(*write("They cross at the ford.")), call(*COMMIT), call(*FINISH)],
+    }
+    run, result, _, _ = drive(h, root, scripts)
+    assert result.status == "completed"
+    first, second = stored(run, "agent_handoff")
+    assert first["content"] == "Handoff accepted for Agent closer. Your part is complete."
+    assert second["errorCode"] == "agent.tool_after_finish"
+    assert "Only one agent_handoff per turn" in second["content"]
+    assert [e["toInvocationId"] for e in of_type(run, "handoff_accepted")] == [
+        run.invocations[-1].id
+    ]
+    assert run.invocations[-1].profile is not None
+    assert run.invocations[-1].profile.id == "closer"
+    assert h.chat_messages()[-1]["mes"] == "They cross at the ford."

@@ -39,6 +39,15 @@ def after_finish_result(call: RecordedCall, binding: ToolBinding) -> AgentToolRe
     return _error(call, binding.tool_id, ErrorCode.AGENT_TOOL_AFTER_FINISH, text)
 
 
+def second_handoff_result(call: RecordedCall, binding: ToolBinding) -> AgentToolResult:
+    """The refusal of a second handoff in one turn; the first one stands."""
+    text = (
+        f"Only one {binding.model_name} per turn: the earlier one in this turn stands. "
+        "No action was taken for this one."
+    )
+    return _error(call, binding.tool_id, ErrorCode.AGENT_TOOL_AFTER_FINISH, text)
+
+
 def commit_required_result(call: RecordedCall, snapshot: ToolSnapshot) -> AgentToolResult:
     """The refusal of a finish before any confirmed commit (foreground chat runs)."""
     commit = snapshot.name_of(ToolId.builtin("workspace.commit"))

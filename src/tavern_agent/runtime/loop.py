@@ -61,7 +61,7 @@ from tavern_agent.providers.transcript import (
     outcome_unknown_result,
     truncated_result,
 )
-from tavern_agent.runtime.agents import AgentTask, AgentTasks, ProfileSource
+from tavern_agent.runtime.agents import HANDOFF, AgentTask, AgentTasks, ProfileSource
 from tavern_agent.runtime.checkpoint import (
     load_checkpoint,
     reads_from_json,
@@ -72,6 +72,7 @@ from tavern_agent.runtime.finish import (
     after_finish_result,
     commit_required_result,
     confirmed_commit_result,
+    second_handoff_result,
 )
 from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.journal import JOURNAL_FILE, Event, Journal, Listener, read_events
@@ -407,7 +408,13 @@ class Engine:
                     self._store(inv, rc, truncated_result(rc), number, 0.0)
             return
         last_index = len(calls) - 1
+        # One handoff per turn: a second is refused without disturbing the first,
+        # which counts as the turn's last call when only handoffs follow it.
+        handoff = inv.snapshot.name_of(HANDOFF)
+        handoffs_seen = 0
         for index, rc in enumerate(calls):
+            is_handoff = handoff is not None and rc.name == handoff
+            handoffs_seen += is_handoff
             if rc.call_id in inv.resulted:
                 continue
             if rc.call_id in inv.requested:  # started before an interruption
@@ -419,11 +426,24 @@ class Engine:
                 )
                 self._store(inv, rc, result, number, 0.0)
                 continue
-            await self._run_call(inv, rc, number, is_last=index == last_index)
+            only_handoffs_after = is_handoff and all(c.name == handoff for c in calls[index + 1 :])
+            await self._run_call(
+                inv,
+                rc,
+                number,
+                is_last=index == last_index or only_handoffs_after,
+                second_handoff=is_handoff and handoffs_seen > 1,
+            )
         self._checkpoint()  # the end of a turn
 
     async def _run_call(
-        self, inv: Invocation, rc: RecordedCall, number: int, *, is_last: bool
+        self,
+        inv: Invocation,
+        rc: RecordedCall,
+        number: int,
+        *,
+        is_last: bool,
+        second_handoff: bool = False,
     ) -> None:
         snapshot = inv.snapshot
         name = rc.name if isinstance(rc.name, str) else None
@@ -448,7 +468,9 @@ class Engine:
         )
         inv.requested.add(rc.call_id)
         started = time.monotonic()
-        if binding is not None and binding.tool_id in FINISHING_TOOLS and not is_last:
+        if binding is not None and second_handoff:
+            result = second_handoff_result(rc, binding)
+        elif binding is not None and binding.tool_id in FINISHING_TOOLS and not is_last:
             result = after_finish_result(rc, binding)
         else:
             self.journal.append(
