@@ -85,7 +85,9 @@ def _card_fields(card: CharacterCard | None) -> dict[str, Any] | None:
 
 
 def _write_json(path: Path, data: Any, *, once: bool = False) -> None:
-    text = json.dumps(data, ensure_ascii=False, indent=1).encode("utf-8")
+    # Compact: json's C encoder only runs without indent, and run records are
+    # rewritten with every new invocation (jq shows them nicely).
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     (write_once if once else atomic_write)(path, text)
 
 
@@ -229,7 +231,8 @@ class Run:
             task_id,
         )
         self.invocations.append(inv)
-        self.record["invocations"] = [i.record() for i in self.invocations]
+        # An invocation's record never changes once made: append it, don't rebuild all.
+        self.record.setdefault("invocations", []).append(inv.record())
         self.save_record()
         return inv
 

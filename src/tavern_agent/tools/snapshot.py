@@ -134,7 +134,7 @@ class ToolSnapshot:
 
     def save(self, path: Path) -> None:
         """Write the snapshot once; a second write to the same path is refused."""
-        text = json.dumps(self.to_json(), ensure_ascii=False, indent=1)
+        text = json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"))
         write_once(path, text.encode("utf-8"))
 
     @classmethod
