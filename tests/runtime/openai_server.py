@@ -12,13 +12,15 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.runtime.loopback import LoopbackServer
 
 CallSpec = tuple[str, dict[str, Any]]
 
 
-class OpenAIServer:
+class OpenAIServer(LoopbackServer):
     def __init__(
         self, turns: Sequence[Sequence[CallSpec]], *, fail_first: int = 0, hang: bool = False
     ) -> None:
@@ -65,22 +67,15 @@ class OpenAIServer:
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.close_connection = True
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        super().__init__(Handler)
 
     @property
     def base_url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def __enter__(self) -> OpenAIServer:
-        self.thread.start()
-        return self
+        return f"{self.origin}/v1"
 
     def __exit__(self, *exc: object) -> None:
         self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__exit__(*exc)
 
 
 def stream(turn: int, calls: Sequence[CallSpec]) -> list[dict[str, Any]]:

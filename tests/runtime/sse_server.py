@@ -13,11 +13,12 @@ the connection: neither protocol sends ``[DONE]``. Requests are kept in
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.runtime.loopback import LoopbackServer
 
 CallSpec = tuple[str, dict[str, Any]]
 Turn = tuple[str, Sequence[CallSpec]]  # assistant text, calls
@@ -31,7 +32,7 @@ class Seen:
     body: dict[str, Any]
 
 
-class SseServer:
+class SseServer(LoopbackServer):
     def __init__(
         self,
         path: str,
@@ -71,21 +72,7 @@ class SseServer:
                     self.wfile.flush()
                 self.close_connection = True
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def origin(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def __enter__(self) -> SseServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 # ---------------------------------------------------------------- OpenAI Responses
