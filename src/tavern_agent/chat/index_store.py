@@ -26,8 +26,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import secrets
 import sys
 from array import array
 from collections.abc import Sequence
@@ -35,6 +33,7 @@ from pathlib import Path
 
 from tavern_agent.chat.formats import ChatFile, ChatMessage, parse_chat
 from tavern_agent.chat.search import ChatIndex, Doc
+from tavern_agent.fsutil import atomic_write
 
 FILE = "search-index.bin"
 MAGIC = b"tavern-agent chat search index\n"
@@ -68,16 +67,9 @@ def save(path: Path, index: ChatIndex, digests: Sequence[bytes]) -> None:
         "blocks": [[name, len(data)] for name, data in blocks.items()],
         "sha256": hashlib.sha256(payload).hexdigest(),
     }
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(MAGIC)
-            handle.write(json.dumps(header).encode("utf-8") + b"\n")
-            handle.write(payload)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    head = MAGIC + json.dumps(header).encode("utf-8") + b"\n"
+    # An index can always be rebuilt from the chat: no fsync.
+    atomic_write(path, head + payload, durable=False)
 
 
 def load(path: Path) -> tuple[ChatIndex, list[bytes]] | None:

@@ -29,6 +29,7 @@ from typing import Any
 
 from tavern_agent.chat.formats import ChatFile, ChatMessage
 from tavern_agent.chat.run_input import ChatRunInput
+from tavern_agent.fsutil import atomic_write
 
 ROOT = "chat"
 STATE = "state.json"
@@ -74,9 +75,8 @@ def _lock(folder: Path) -> Iterator[None]:
 
 
 def _put(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    # The mount is rebuilt from the chat whenever it is stale: no fsync needed.
+    atomic_write(path, data, durable=False)
 
 
 def sync_floors(chat: ChatFile, mount_dir: Path) -> int:

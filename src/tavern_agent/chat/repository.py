@@ -17,13 +17,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from tavern_agent.chat.formats import ChatFile, ChatMessage, new_message, parse_chat
+from tavern_agent.fsutil import atomic_write
 
 AGENT_KEY = "agent"  # extra.agent holds the run's metadata on a committed message
 
@@ -96,7 +96,7 @@ class FileChatRepository:
         with self._locked() as data:
             chat = parse_chat(data)
             receipt = apply_to_chat(chat, commit)
-            write_atomic(self.path, chat.encode())
+            atomic_write(self.path, chat.encode(), follow_link=True)
         return receipt
 
 
@@ -136,27 +136,3 @@ def _agent_meta(commit: ChatCommit, *, commits: int) -> dict[str, Any]:
         "reason": commit.reason,
         "commits": commits,
     }
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Temporary file in the same folder, fsync, rename over ``path``, fsync the folder."""
-    folder = path.parent
-    tmp = folder / f".{path.name[:200]}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        with contextlib.suppress(OSError):
-            os.chmod(tmp, os.stat(path).st_mode & 0o777)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from tavern_agent.chat.repository import (
     FileChatRepository,
 )
 from tavern_agent.chat.search import ChatIndex
+from tavern_agent.fsutil import atomic_write
 
 if TYPE_CHECKING:
     from tavern_agent.core.results import CommitRequested
@@ -90,15 +90,8 @@ class ChatRunInput:
 
     def save(self, run_root: Path) -> None:
         """Write ``input/chat.json`` atomically (run internals, hidden from the model)."""
-        path = run_root / INPUT_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         data = json.dumps(self.to_json(), ensure_ascii=False, indent=1).encode("utf-8")
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        atomic_write(run_root / INPUT_FILE, data)
 
     @classmethod
     def load(cls, run_root: Path) -> ChatRunInput | None:

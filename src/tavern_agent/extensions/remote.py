@@ -74,15 +74,7 @@ class HostFiles:
 
     def write(self, url: str, token: str) -> None:
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = self.token_path.with_name(".token.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.fchmod(fd, 0o600)  # owner-only even if the file existed
-            os.write(fd, token.encode() + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.token_path)
+        atomic_write(self.token_path, token.encode() + b"\n", mode=0o600)  # owner-only
         info = {"url": url, "pid": os.getpid()}
         atomic_write(self.info_path, json.dumps(info).encode() + b"\n")
 

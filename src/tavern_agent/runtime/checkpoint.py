@@ -10,7 +10,6 @@ message and every result as it is stored.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -45,14 +44,7 @@ def save_checkpoint(run_dir: Path, state: Mapping[str, Any], *, durable: bool = 
     """Replace the checkpoint atomically; ``durable`` also fsyncs it (power-loss safe)."""
     data = {"schemaVersion": SCHEMA_VERSION, **state}
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    path = run_dir / CHECKPOINT_FILE
-    if durable:
-        atomic_write(path, text.encode("utf-8", "surrogatepass"))
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(text.encode("utf-8", "surrogatepass"))
-    os.replace(tmp, path)
+    atomic_write(run_dir / CHECKPOINT_FILE, text.encode("utf-8", "surrogatepass"), durable=durable)
 
 
 def load_checkpoint(run_dir: Path) -> dict[str, Any] | None:

@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +40,7 @@ from tavern_agent.core.results import (
     HandoffAccepted,
     TaskReturned,
 )
-from tavern_agent.fsutil import AlreadyWritten
+from tavern_agent.fsutil import AlreadyWritten, write_once
 from tavern_agent.providers.gateway import (
     ModelError,
     ModelGateway,
@@ -129,16 +127,7 @@ def write_audit(path: Path, data: bytes) -> None:
     assistant message and each result), so an audit file lost to a power
     failure loses no run state; a killed process loses nothing at all.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        raise AlreadyWritten(f"{path} exists already") from None
-    finally:
-        os.unlink(tmp)
+    write_once(path, data, durable=False)
 
 
 def _first_line(text: str, limit: int = 200) -> str:

@@ -20,7 +20,6 @@ import fcntl
 import hashlib
 import os
 import posixpath
-import secrets
 import stat
 import threading
 from collections.abc import Callable, Iterator
@@ -30,6 +29,7 @@ from pathlib import Path
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import ToolFailure
+from tavern_agent.fsutil import atomic_write, is_tmp_name
 from tavern_agent.workspace import paths
 from tavern_agent.workspace.roots import CHAT_MOUNT, INTERNAL, RootPolicy
 
@@ -262,7 +262,7 @@ class Workspace:
             child = f"{path}/{name}"
             if self._hidden(child):
                 continue
-            if name.startswith(".") and name.endswith(".tmp"):
+            if is_tmp_name(name):
                 continue  # an atomic write in progress
             if stat.S_ISDIR(st.st_mode):
                 yield Entry(child, "dir", 0)
@@ -309,7 +309,7 @@ class Workspace:
                         yield from self._read_tree_fd(sub, child, depth - 1, max_bytes, skip)
                     finally:
                         os.close(sub)
-            elif entry.is_file(follow_symlinks=False) and not entry.name.endswith(".tmp"):
+            elif entry.is_file(follow_symlinks=False) and not is_tmp_name(entry.name):
                 try:
                     ffd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
                 except OSError:
@@ -348,21 +348,7 @@ class Workspace:
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISLNK(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
                     raise self._link_error(dfd, name, path)
-            tmp = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
-            fd = os.open(
-                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=dfd
-            )
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(data)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp, dir_fd=dfd)
-                raise
-            os.fsync(dfd)
+            atomic_write(name, data, dir_fd=dfd, mode=0o644)
 
     def append(self, path: str, data: bytes) -> None:
         """Append natively (may apply partially on a crash; never replayed)."""
