@@ -10,10 +10,10 @@ from tavern_agent.core.descriptors import ToolDescriptor
 from tavern_agent.core.ids import ToolId
 from tavern_agent.core.profile import Limits, Profile, ToolSelection
 from tavern_agent.core.results import ToolOutcome
+from tavern_agent.run_layout import call_hex
 from tavern_agent.tools.builtin.registry import BuiltinRegistry, BuiltinTool
 from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource, ToolCatalog
 from tavern_agent.tools.context import CallContext
-from tavern_agent.tools.results import call_hex
 
 from .conftest import make_gate
 
@@ -42,12 +42,12 @@ async def test_long_result_goes_to_a_file_with_a_preview(
     result = (await gate.handle(ToolCall("call_1", "dump", None), round=3)).result
     path = f"tool-results/inv_test/round-003-call_{call_hex('call_1')}.txt"
     assert (tmp_path / path).read_text() == BIG
-    audit = (tmp_path / path.replace(".txt", ".json")).read_text()
+    audit = (tmp_path / path.replace(".txt", ".raw.json")).read_text()
     assert '"rows": 2000' in audit and '"type": "text"' in audit
     assert result.structured == {
         "externalized": True,
         "path": path,
-        "auditPath": path.replace(".txt", ".json"),
+        "auditPath": path.replace(".txt", ".raw.json"),
         "charCount": len(BIG),
         "charLimit": 50_000,
     }

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tavern_agent import run_layout
 from tavern_agent.chat.formats import ChatFormatError, WorldBook, parse_card, parse_world
 from tavern_agent.chat.mount import prepare_run_mount, sync_floors
 from tavern_agent.chat.repository import FileChatRepository
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
     from tavern_agent.mcp.manager import McpManager
 
 PROTOCOLS = [p.value for p in ModelProtocol]
-CLI_READS = "checkpoints/cli-reads.json"  # internal: never visible to tools
 SCENES = [s.value for s in Scene]
 
 
@@ -298,7 +298,7 @@ def call_command(
     manager = _mcp_manager(ctx.obj["data_dir"], approver)
     root = workspace or ctx.obj["data_dir"] / "cli-workspace"
     data = DataRoot(ctx.obj["data_dir"])
-    reads_file = root / CLI_READS
+    reads_file = root / run_layout.CLI_READS_FILE
     call = ToolCall(f"call_{secrets.token_hex(8)}", name, MISSING if raw_args is None else raw_args)
 
     def make_gate(extensions: ExtensionTools) -> tuple[ToolRequestGate, ChatRun | None]:

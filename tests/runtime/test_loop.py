@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tavern_agent.runtime.invocation import snapshot_path
+from tavern_agent import run_layout
 from tavern_agent.runtime.scripted import Turn, call, calls, say
 from tests.runtime.helpers import COMMIT, FINISH, Harness, events, profile, results, types, write
 
@@ -43,7 +43,7 @@ def test_commit_then_finish_posts_one_message_and_completes(tmp_path: Path) -> N
     assert len(list((run.run_dir / "tool-results" / inv).glob("round-*.json"))) == 4
     responses = sorted((run.run_dir / "model-responses").iterdir())
     assert [p.name for p in responses] == ["round-001.json", "round-002.json", "round-003.json"]
-    assert snapshot_path(run.run_dir, inv).is_file()
+    assert (run.run_dir / run_layout.snapshot_file(inv)).is_file()
 
 
 def test_tool_call_requested_comes_after_the_arguments_and_before_the_gate(tmp_path: Path) -> None:

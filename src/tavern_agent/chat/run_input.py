@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tavern_agent import run_layout
 from tavern_agent.chat.activation import (
     ActivatedEntry,
     ActivationSettings,
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from tavern_agent.core.results import CommitRequested
     from tavern_agent.workspace.store import Workspace
 
-INPUT_FILE = "input/chat.json"
 SCHEMA_VERSION = 1
 
 
@@ -91,11 +91,11 @@ class ChatRunInput:
     def save(self, run_root: Path) -> None:
         """Write ``input/chat.json`` atomically (run internals, hidden from the model)."""
         data = json.dumps(self.to_json(), ensure_ascii=False, indent=1).encode("utf-8")
-        atomic_write(run_root / INPUT_FILE, data)
+        atomic_write(run_root / run_layout.CHAT_INPUT_FILE, data)
 
     @classmethod
     def load(cls, run_root: Path) -> ChatRunInput | None:
-        path = run_root / INPUT_FILE
+        path = run_root / run_layout.CHAT_INPUT_FILE
         if not path.is_file():
             return None
         return cls.from_json(json.loads(path.read_bytes()))

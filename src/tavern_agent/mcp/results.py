@@ -18,11 +18,12 @@ from typing import Any
 
 from mcp import types
 
+from tavern_agent import run_layout
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.fsutil import AlreadyWritten
 from tavern_agent.tools.catalog import ExternalReceipt
 from tavern_agent.tools.context import CallContext
-from tavern_agent.tools.results import ResultFiles, result_stem
+from tavern_agent.tools.results import ResultFiles
 
 DETAILS_CHARS = 1_500
 _EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "text/plain": ".txt"}
@@ -39,7 +40,7 @@ def _save(
 ) -> str | None:
     if files is None:
         return None
-    path = f"{result_stem(ctx)}-{index}{_extension(mime)}"
+    path = run_layout.reply_file(ctx.invocation_id, ctx.round, ctx.call_id, index, _extension(mime))
     with contextlib.suppress(AlreadyWritten):  # a resumed call saved it already
         files.write_once(path, data)
     return path

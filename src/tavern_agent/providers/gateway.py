@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from tavern_agent import run_layout
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.providers.registry import codec_for
 from tavern_agent.providers.transcript import (
@@ -43,18 +44,23 @@ from tavern_agent.providers.transcript import (
 )
 from tavern_agent.tools.snapshot import ToolSnapshot
 
-RESPONSES_DIR = "model-responses"
-
 
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
-    """One model step: ``round`` counts the run's requests from 1."""
+    """One model step.
+
+    ``round`` counts the requests of the run's main line from 1 (root,
+    revisions, handoffs); a delegated child counts its own. ``child`` is the
+    0-based order in which the run started that child, ``None`` on the main
+    line: a recording is replayed per invocation by it.
+    """
 
     run_id: str
     invocation_id: str
     round: int
     transcript: Transcript
     snapshot: ToolSnapshot
+    child: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +91,6 @@ class ModelGateway(Protocol):
 # ---------------------------------------------------------------- recordings
 
 
-def response_path(run_dir: Path, round: int) -> Path:
-    return run_dir / RESPONSES_DIR / f"round-{round:03d}.json"
-
-
 def reply_to_json(request: ModelRequest, reply: ModelReply) -> dict[str, Any]:
     """The audit record of one response; :func:`reply_from_json` reads it back."""
     decoded = reply.response
@@ -113,23 +115,55 @@ def reply_from_json(data: Mapping[str, Any]) -> ModelReply:
 
 
 class ReplayGateway:
-    """Answers round N with the response a previous run recorded for round N."""
+    """Answers each request with the response a previous run recorded for it.
+
+    The main line's round N gets the recorded round N; the run's k-th delegated
+    child gets the recorded k-th child's own round N (children are matched in
+    the order the recording's journal started them).
+    """
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        if not (run_dir / RESPONSES_DIR).is_dir():
-            raise ValueError(f"{run_dir} holds no {RESPONSES_DIR}/ to replay")
+        if not (run_dir / run_layout.RESPONSES_DIR).is_dir():
+            raise ValueError(f"{run_dir} holds no {run_layout.RESPONSES_DIR}/ to replay")
+        self.children = _recorded_children(run_dir / run_layout.JOURNAL_FILE)
 
     async def respond(self, request: ModelRequest) -> ModelReply:
-        path = response_path(self.run_dir, request.round)
+        if request.child is None:
+            ref = run_layout.model_response(request.round)
+            what = f"round {request.round}"
+        elif request.child < len(self.children):
+            ref = run_layout.model_response(request.round, self.children[request.child])
+            what = f"round {request.round} of delegated child {request.child + 1}"
+        else:
+            raise ModelError(f"the recording started only {len(self.children)} delegated children")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads((self.run_dir / ref).read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise ModelError(f"the recording has no response for round {request.round}") from None
+            raise ModelError(f"the recording has no response for {what}") from None
         return reply_from_json(data)
 
     async def aclose(self) -> None:
         return None
+
+
+def _recorded_children(journal: Path) -> list[str]:
+    """Invocation ids of the recording's delegated children, in the order they started."""
+    try:
+        lines = journal.read_bytes().splitlines()
+    except FileNotFoundError:
+        return []
+    found: list[str] = []
+    for line in lines:
+        if b'"invocation_started"' not in line:
+            continue
+        try:
+            payload = json.loads(line)["payload"]
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line
+        if payload.get("kind") == "child":
+            found.append(payload["invocationId"])
+    return found
 
 
 # ---------------------------------------------------------------- HTTP

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tavern_agent import run_layout
 from tavern_agent.config import profiles_dir
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
@@ -44,7 +45,7 @@ from tavern_agent.core.results import (
 )
 from tavern_agent.fsutil import atomic_write
 from tavern_agent.providers.transcript import RecordedCall, UserMessage
-from tavern_agent.runtime.invocation import Invocation, snapshot_path
+from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.prompt import system_prompt
 from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot, build_snapshot
 
@@ -56,7 +57,6 @@ AWAIT = ToolId.builtin("agent.await")
 HANDOFF = ToolId.builtin("agent.handoff")
 TASK_RETURN = ToolId.builtin("task.return")
 RESULT_KIND = "tauritavern.agentTaskResult"
-RESULTS_DIR = "agent-results"
 CHARS_PER_TOKEN = 4
 _AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _LISTS = ("findings", "warnings", "suggestedNextActions", "questionsForCaller")
@@ -369,7 +369,7 @@ class AgentTasks:
         task_id = f"task_{uuid.uuid4().hex}"
         inv_id = f"inv_{secrets.token_hex(6)}"
         snapshot = build_snapshot(run.catalog, target, run.scene, run.protocol, inv_id, child=True)
-        snapshot.save(snapshot_path(run.run_dir, inv_id))
+        snapshot.save(run.run_dir / run_layout.snapshot_file(inv_id))
         child = run.add_invocation(
             inv_id,
             snapshot,
@@ -538,7 +538,7 @@ class AgentTasks:
         try:
             run.workspace.write_atomic(path, _markdown(task, record).encode("utf-8"))
             atomic_write(
-                run.run_dir / RESULTS_DIR / f"{task.inv.id}.json",
+                run.run_dir / run_layout.agent_result(task.inv.id),
                 json.dumps(record, ensure_ascii=False, indent=1).encode("utf-8"),
             )
         finally:
@@ -612,7 +612,7 @@ class AgentTasks:
             return _error(rc, binding, ErrorCode.AGENT_HANDOFF_DEPTH_EXHAUSTED, text, depth=depth)
         inv_id = f"inv_{secrets.token_hex(6)}"
         snapshot = build_snapshot(run.catalog, target, run.scene, run.protocol, inv_id)
-        snapshot.save(snapshot_path(run.run_dir, inv_id))
+        snapshot.save(run.run_dir / run_layout.snapshot_file(inv_id))
         character = run.chat.chat().character_name if run.chat is not None else ""
         system = system_prompt(target, snapshot, character)
         listing = directory(self.source, target, snapshot)

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tavern_agent import run_layout
 from tavern_agent.fsutil import atomic_write
 from tavern_agent.workspace.read_state import ReadState
 
-CHECKPOINT_FILE = "checkpoints/state.json"
 SCHEMA_VERSION = 1
 
 
@@ -44,12 +44,16 @@ def save_checkpoint(run_dir: Path, state: Mapping[str, Any], *, durable: bool = 
     """Replace the checkpoint atomically; ``durable`` also fsyncs it (power-loss safe)."""
     data = {"schemaVersion": SCHEMA_VERSION, **state}
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    atomic_write(run_dir / CHECKPOINT_FILE, text.encode("utf-8", "surrogatepass"), durable=durable)
+    atomic_write(
+        run_dir / run_layout.CHECKPOINT_FILE, text.encode("utf-8", "surrogatepass"), durable=durable
+    )
 
 
 def load_checkpoint(run_dir: Path) -> dict[str, Any] | None:
     try:
-        data: dict[str, Any] = json.loads((run_dir / CHECKPOINT_FILE).read_text(encoding="utf-8"))
+        data: dict[str, Any] = json.loads(
+            (run_dir / run_layout.CHECKPOINT_FILE).read_text(encoding="utf-8")
+        )
     except FileNotFoundError:
         return None
     if data.get("schemaVersion") != SCHEMA_VERSION:

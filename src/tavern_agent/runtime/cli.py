@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tavern_agent import run_layout
 from tavern_agent.chat.formats import (
     CharacterCard,
     ChatFormatError,
@@ -28,7 +29,7 @@ from tavern_agent.config import resolve_profile
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ModelGateway, ReplayGateway
-from tavern_agent.runtime.journal import JOURNAL_FILE, Event, read_events
+from tavern_agent.runtime.journal import Event, read_events
 from tavern_agent.runtime.loop import TERMINAL, Engine, ResumeRefused, RunResult
 from tavern_agent.runtime.run import (
     RUN_FILE,
@@ -301,7 +302,7 @@ def run_command(
 
 def _summary(run_dir: Path) -> dict[str, Any]:
     record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
-    events = read_events(run_dir / JOURNAL_FILE)
+    events = read_events(run_dir / run_layout.JOURNAL_FILE)
     status = "interrupted"
     payload: dict[str, Any] = {}
     for event in reversed(events):
@@ -363,7 +364,7 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         run_dir = find_run(DataRoot(ctx.obj["data_dir"]), run_id)
     except RunNotFound as exc:
         raise click.UsageError(str(exc)) from None
-    events = read_events(run_dir / JOURNAL_FILE)
+    events = read_events(run_dir / run_layout.JOURNAL_FILE)
     if as_json:
         click.echo(json.dumps(events, ensure_ascii=False, indent=2))
         return

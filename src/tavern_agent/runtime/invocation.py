@@ -9,23 +9,12 @@ own gate, so its calls are counted on their own (R1.6).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from tavern_agent.core.profile import Profile
 from tavern_agent.providers.transcript import AssistantMessage, Transcript
 from tavern_agent.tools.gate import ToolRequestGate
 from tavern_agent.tools.snapshot import ToolSnapshot
-
-INVOCATIONS_DIR = "input/invocations"
-
-
-def snapshot_path(run_dir: Path, snapshot_id: str) -> Path:
-    return run_dir / INVOCATIONS_DIR / snapshot_id / "tool_snapshot.json"
-
-
-def prompt_path(run_dir: Path, invocation_id: str) -> Path:
-    return run_dir / INVOCATIONS_DIR / invocation_id / "prompt.json"
 
 
 @dataclass

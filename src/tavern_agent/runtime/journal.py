@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-JOURNAL_FILE = "events.jsonl"
 Event = dict[str, Any]
 Listener = Callable[[Event], None]
 

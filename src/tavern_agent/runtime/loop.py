@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tavern_agent import run_layout
 from tavern_agent.chat.repository import find_run_message
 from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.descriptors import Scene
@@ -48,7 +49,6 @@ from tavern_agent.providers.gateway import (
     ModelRequest,
     reply_from_json,
     reply_to_json,
-    response_path,
 )
 from tavern_agent.providers.transcript import (
     AssistantMessage,
@@ -73,12 +73,11 @@ from tavern_agent.runtime.finish import (
     second_handoff_result,
 )
 from tavern_agent.runtime.invocation import Invocation
-from tavern_agent.runtime.journal import JOURNAL_FILE, Event, Journal, Listener, read_events
+from tavern_agent.runtime.journal import Event, Journal, Listener, read_events
 from tavern_agent.runtime.persist import PersistStore
 from tavern_agent.runtime.prompt import text_turn_reminder
 from tavern_agent.runtime.run import Run
 from tavern_agent.tools.gate import FINISHING_TOOLS
-from tavern_agent.tools.results import call_hex
 from tavern_agent.workspace.store import WorkspaceEscape
 
 TERMINAL = {
@@ -157,7 +156,7 @@ class Engine:
     ) -> None:
         self.run = run
         self.gateway = gateway
-        self.journal = Journal(run.run_dir / JOURNAL_FILE, run.id, fsync=fsync)
+        self.journal = Journal(run.run_dir / run_layout.JOURNAL_FILE, run.id, fsync=fsync)
         self.journal.listeners.extend(listeners)
         self.rounds = 0
         self.commits_requested = 0
@@ -341,12 +340,14 @@ class Engine:
         inv.transcript = inv.transcript.append(UserMessage(text))
 
     async def _request(self, inv: Invocation) -> None:
+        child: int | None = None
         if inv.is_child:  # children count their own rounds and store their own responses
             number = inv.round + 1
-            path = self.run.run_dir / "model-responses" / inv.id / f"round-{number:03d}.json"
+            child = [i.id for i in self.run.invocations if i.is_child].index(inv.id)
+            path = self.run.run_dir / run_layout.model_response(number, inv.id)
         else:
             number = self.rounds + 1
-            path = response_path(self.run.run_dir, number)
+            path = self.run.run_dir / run_layout.model_response(number)
         if path.exists():  # stored before an interruption: never ask twice
             reply = reply_from_json(json.loads(path.read_text(encoding="utf-8")))
         else:
@@ -359,7 +360,7 @@ class Engine:
                     "items": len(inv.transcript.items),
                 },
             )
-            request = ModelRequest(self.run.id, inv.id, number, inv.transcript, inv.snapshot)
+            request = ModelRequest(self.run.id, inv.id, number, inv.transcript, inv.snapshot, child)
             started = time.monotonic()
             reply = await self.gateway.respond(request)
             reply = ModelReply(reply.response, reply.raw, reply.attempts)
@@ -437,7 +438,7 @@ class Engine:
         snapshot = inv.snapshot
         name = rc.name if isinstance(rc.name, str) else None
         binding = snapshot.by_name(name) if name is not None else None
-        args_ref = f"tool-args/{inv.id}/round-{number:03d}-call_{call_hex(rc.call_id)}.json"
+        args_ref = run_layout.tool_arguments(inv.id, number, rc.call_id)
         record = {"callId": rc.call_id, "name": rc.name, **_raw_json(rc.call.raw_arguments)}
         with contextlib.suppress(AlreadyWritten):  # written before an interruption
             write_audit(
@@ -522,9 +523,9 @@ class Engine:
         number: int,
         elapsed: float,
     ) -> None:
-        ref = f"tool-results/{inv.id}/round-{number:03d}-call_{call_hex(rc.call_id)}.json"
+        ref = run_layout.tool_result(inv.id, number, rc.call_id)
         data = json.dumps(result.to_json(), ensure_ascii=False).encode("utf-8", "surrogatepass")
-        with contextlib.suppress(AlreadyWritten):  # the spilled-result audit, or a resumed store
+        with contextlib.suppress(AlreadyWritten):  # stored before an interruption
             write_audit(self.run.workspace.root / ref, data)
         self.journal.append(
             "tool_result_stored",
@@ -556,7 +557,7 @@ class Engine:
     def _remind(self, inv: Invocation, message: AssistantMessage) -> None:
         saved = None
         if message.text.strip():
-            saved = f"scratch/turn-{self.rounds:03d}.md"
+            saved = run_layout.turn_text(self.rounds)
             self.run.workspace.write_atomic(saved, message.text.encode("utf-8"))
         text = text_turn_reminder(inv.snapshot, saved)
         self.journal.append(
@@ -662,7 +663,7 @@ class Engine:
 
     def _rebuild(self) -> RunResult | None:
         """Live state from the journal and checkpoint; a finished run's result, if it ended."""
-        events = read_events(self.run.run_dir / JOURNAL_FILE)
+        events = read_events(self.run.run_dir / run_layout.JOURNAL_FILE)
         by_id = {inv.id: inv for inv in self.run.invocations}
         self.pending_commit: dict[str, Any] | None = None
         for event in events:

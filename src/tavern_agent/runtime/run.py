@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tavern_agent import run_layout
 from tavern_agent.chat.formats import CharacterCard, ChatFile, WorldBook
 from tavern_agent.chat.mount import prepare_run_mount, sync_floors
 from tavern_agent.chat.repository import FileChatRepository
@@ -37,7 +38,7 @@ from tavern_agent.core.profile import Profile
 from tavern_agent.fsutil import atomic_write, write_once
 from tavern_agent.providers.transcript import Transcript, UserMessage
 from tavern_agent.runtime.agents import ProfileSource, directory
-from tavern_agent.runtime.invocation import Invocation, prompt_path, snapshot_path
+from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.persist import PersistBase, PersistStore
 from tavern_agent.runtime.prompt import CARD_FIELDS, chat_material, system_prompt
 from tavern_agent.tools.catalog import ToolCatalog
@@ -48,9 +49,7 @@ from tavern_agent.tools.snapshot import ToolSnapshot, build_snapshot
 from tavern_agent.workspace.layout import DataRoot, chat_workspace_id
 from tavern_agent.workspace.store import Workspace
 
-RUN_FILE = "run.json"
-CARD_FILE = "input/card.json"
-PERSIST_FILE = "input/persist.json"
+RUN_FILE = run_layout.RUN_FILE
 SCHEMA_VERSION = 1
 
 
@@ -173,15 +172,15 @@ class Run:
         }
         run = cls(run_id, run_dir, data, catalog, record, profile, ws, chat_run)
         card = _card_fields(spec.card)
-        _write_json(run_dir / CARD_FILE, card)
+        _write_json(run_dir / run_layout.CARD_FILE, card)
         if chat_run is not None:
             store = PersistStore(run.chat_workspace or run_dir)
             run.persist_base = store.checkout(ws.root / "persist")
-            _write_json(run_dir / PERSIST_FILE, run.persist_base.to_json())
+            _write_json(run_dir / run_layout.PERSIST_FILE, run.persist_base.to_json())
         snapshot = build_snapshot(
             catalog, profile, scene, spec.protocol, f"inv_{secrets.token_hex(6)}"
         )
-        snapshot.save(snapshot_path(run_dir, snapshot.id))
+        snapshot.save(run_dir / run_layout.snapshot_file(snapshot.id))
         system = system_prompt(profile, snapshot, chat.character_name if chat else "")
         listing = directory(ProfileSource(data.path), profile, snapshot)  # R2.4
         if listing:
@@ -217,7 +216,9 @@ class Run:
     ) -> Invocation:
         """A new invocation; ``profile`` for another agent's (a child's or a handoff's)."""
         _write_json(
-            prompt_path(self.run_dir, invocation_id), {"system": system, "user": user}, once=True
+            self.run_dir / run_layout.prompt_file(invocation_id),
+            {"system": system, "user": user},
+            once=True,
         )
         inv = Invocation(
             invocation_id,
@@ -239,7 +240,9 @@ class Run:
     def revise(self, instruction: str) -> Invocation:
         """An output revision: a new invocation that reuses the root snapshot (R1.5)."""
         root = self.invocations[0]
-        prompt = json.loads(prompt_path(self.run_dir, root.id).read_text(encoding="utf-8"))
+        prompt = json.loads(
+            (self.run_dir / run_layout.prompt_file(root.id)).read_text(encoding="utf-8")
+        )
         user = f"{prompt['user']}\n\n## Revision\n{instruction}"
         inv_id = f"inv_{secrets.token_hex(6)}"
         return self.add_invocation(
@@ -294,12 +297,14 @@ class Run:
         else:
             ws = data.session(record.get("session") or "default", profile)
         run = cls(run_id, run_dir, data, catalog, record, profile, ws, chat_run)
-        if (run_dir / PERSIST_FILE).exists():
-            base = json.loads((run_dir / PERSIST_FILE).read_text(encoding="utf-8"))
+        if (run_dir / run_layout.PERSIST_FILE).exists():
+            base = json.loads((run_dir / run_layout.PERSIST_FILE).read_text(encoding="utf-8"))
             run.persist_base = PersistBase(base.get("version"), base["sha"])
         for entry in record["invocations"]:
-            snapshot = ToolSnapshot.load(snapshot_path(run_dir, entry["snapshotId"]))
-            prompt = json.loads(prompt_path(run_dir, entry["id"]).read_text(encoding="utf-8"))
+            snapshot = ToolSnapshot.load(run_dir / run_layout.snapshot_file(entry["snapshotId"]))
+            prompt = json.loads(
+                (run_dir / run_layout.prompt_file(entry["id"])).read_text(encoding="utf-8")
+            )
             kind = entry.get("kind", "root")
             own = entry.get("profile")
             agent = None if own is None else Profile.from_json(own, f"{run_dir / RUN_FILE}")

@@ -2,7 +2,7 @@
 
 Above the snapshot's inline limit the full readable text goes to a read-only
 file ``tool-results/<invocation>/round-NNN-call_<hex>.txt``, the raw reply to
-an audit ``.json`` beside it, and the model gets the head, the size, the
+an audit ``.raw.json`` beside it, and the model gets the head, the size, the
 limit, a plain note that the rest has not been read, the path, and how to read
 or search the file with the tools *this* snapshot has, by their model names.
 """
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from tavern_agent import run_layout
 from tavern_agent.core.ids import ToolId
 from tavern_agent.core.results import ToolOutcome
 from tavern_agent.fsutil import AlreadyWritten, write_once
@@ -22,7 +23,6 @@ from tavern_agent.tools.context import CallContext
 
 PREVIEW_CHARS = 3_000
 WRAP_CHARS = 3_000
-RESULTS_ROOT = "tool-results"
 
 READ_FILE = ToolId.builtin("workspace.read_file")
 SEARCH_FILES = ToolId.builtin("workspace.search_files")
@@ -43,15 +43,6 @@ class DirectoryResultFiles:
 
     def write_once(self, logical_path: str, data: bytes) -> None:
         write_once(self.root / logical_path, data)
-
-
-def call_hex(call_id: str) -> str:
-    """The first 8 bytes of SHA-256(call id), as used in audit file names."""
-    return hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def result_stem(ctx: CallContext) -> str:
-    return f"{RESULTS_ROOT}/{ctx.invocation_id}/round-{ctx.round:03d}-call_{call_hex(ctx.call_id)}"
 
 
 def wrap_long_lines(text: str, width: int = WRAP_CHARS) -> str:
@@ -85,8 +76,8 @@ class LongResultStep:
         path = self._spilled.get(digest)
         audit_path = None
         if path is None:
-            stem = result_stem(ctx)
-            path, audit_path = f"{stem}.txt", f"{stem}.json"
+            path = run_layout.spilled_text(ctx.invocation_id, ctx.round, ctx.call_id)
+            audit_path = run_layout.spilled_audit(ctx.invocation_id, ctx.round, ctx.call_id)
             audit = {"content": text, "structured": outcome.structured, "raw": raw}
             try:
                 self.files.write_once(path, readable.encode("utf-8", "surrogatepass"))

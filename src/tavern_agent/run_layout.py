@@ -1,0 +1,95 @@
+"""Every path inside a run folder, in one place.
+
+A chat run's folder is also its workspace, so some of these paths are seen by
+the model's file tools (``tool-results/``, ``summaries/``, ``scratch/``); the
+rest are internal and hidden from tools (see ``workspace/roots.py``). All
+functions return paths relative to the run folder (or the workspace root, for
+model-visible ones), with ``/`` separators::
+
+    run.json                                        what the run is
+    events.jsonl                                    the journal
+    checkpoints/state.json                          live state for resume
+    input/chat.json, input/card.json, input/persist.json
+    input/invocations/<inv>/tool_snapshot.json      written once
+    input/invocations/<inv>/prompt.json
+    model-responses/round-NNN.json                  the run's main line (root, revisions, handoffs)
+    model-responses/<inv>/round-NNN.json            a delegated child's own rounds
+    tool-args/<inv>/round-NNN-call_<hex>.json       raw arguments as the model sent them
+    tool-results/<inv>/round-NNN-call_<hex>.json    the stored result
+    tool-results/<inv>/round-NNN-call_<hex>.txt     a spilled long result (model-readable)
+    tool-results/<inv>/round-NNN-call_<hex>.raw.json   the spilled result's raw reply (audit)
+    tool-results/<inv>/round-NNN-call_<hex>-K.<ext>    files a reply brought (images, resources)
+    agent-results/<inv>.json                        a delegated child's returned result
+    scratch/turn-NNN.md                             text of a turn without tool calls
+
+This module imports nothing from the project, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+RUN_FILE = "run.json"
+JOURNAL_FILE = "events.jsonl"
+CHECKPOINT_FILE = "checkpoints/state.json"
+CLI_READS_FILE = "checkpoints/cli-reads.json"
+CHAT_INPUT_FILE = "input/chat.json"
+CARD_FILE = "input/card.json"
+PERSIST_FILE = "input/persist.json"
+INVOCATIONS_DIR = "input/invocations"
+RESPONSES_DIR = "model-responses"
+TOOL_ARGS_DIR = "tool-args"
+RESULTS_DIR = "tool-results"
+AGENT_RESULTS_DIR = "agent-results"
+
+
+def call_hex(call_id: str) -> str:
+    """The first 8 bytes of SHA-256(call id): call ids may hold any character."""
+    return hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def snapshot_file(snapshot_id: str) -> str:
+    return f"{INVOCATIONS_DIR}/{snapshot_id}/tool_snapshot.json"
+
+
+def prompt_file(invocation_id: str) -> str:
+    return f"{INVOCATIONS_DIR}/{invocation_id}/prompt.json"
+
+
+def model_response(round: int, child_invocation: str | None = None) -> str:
+    """A stored model response: the main line's round, or a child's own round."""
+    folder = RESPONSES_DIR if child_invocation is None else f"{RESPONSES_DIR}/{child_invocation}"
+    return f"{folder}/round-{round:03d}.json"
+
+
+def _call_stem(folder: str, invocation_id: str, round: int, call_id: str) -> str:
+    return f"{folder}/{invocation_id}/round-{round:03d}-call_{call_hex(call_id)}"
+
+
+def tool_arguments(invocation_id: str, round: int, call_id: str) -> str:
+    return _call_stem(TOOL_ARGS_DIR, invocation_id, round, call_id) + ".json"
+
+
+def tool_result(invocation_id: str, round: int, call_id: str) -> str:
+    return _call_stem(RESULTS_DIR, invocation_id, round, call_id) + ".json"
+
+
+def spilled_text(invocation_id: str, round: int, call_id: str) -> str:
+    return _call_stem(RESULTS_DIR, invocation_id, round, call_id) + ".txt"
+
+
+def spilled_audit(invocation_id: str, round: int, call_id: str) -> str:
+    return _call_stem(RESULTS_DIR, invocation_id, round, call_id) + ".raw.json"
+
+
+def reply_file(invocation_id: str, round: int, call_id: str, index: int, suffix: str) -> str:
+    """The ``index``-th file a tool's reply brought (``suffix`` like ``.png``)."""
+    return f"{_call_stem(RESULTS_DIR, invocation_id, round, call_id)}-{index}{suffix}"
+
+
+def agent_result(invocation_id: str) -> str:
+    return f"{AGENT_RESULTS_DIR}/{invocation_id}.json"
+
+
+def turn_text(round: int) -> str:
+    return f"scratch/turn-{round:03d}.md"
