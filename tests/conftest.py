@@ -1,4 +1,4 @@
-"""Shared fixtures: a catalog with the real built-ins plus in-memory external tools."""
+"""Shared fixtures: an assembly with the real built-ins plus in-memory external tools."""
 
 from __future__ import annotations
 
@@ -7,15 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import InMemoryToolSource, ToolCatalog
-from tavern_agent.tools.dispatch import Dispatcher
+from tavern_agent.tools.catalog import InMemoryToolSource
 from tavern_agent.tools.gate import ToolRequestGate
-from tavern_agent.tools.results import DirectoryResultFiles
-from tavern_agent.tools.snapshot import build_snapshot
 
 
 @pytest.fixture
@@ -29,12 +26,12 @@ def extensions() -> InMemoryToolSource:
 
 
 @pytest.fixture
-def catalog(mcp: InMemoryToolSource, extensions: InMemoryToolSource) -> ToolCatalog:
-    return ToolCatalog(builtin_registry(), mcp=mcp, extensions=extensions)
+def assembly(tmp_path: Path, mcp: InMemoryToolSource, extensions: InMemoryToolSource) -> Assembly:
+    return Assembly(tmp_path / "data", mcp=mcp, extensions=extensions)
 
 
 def make_gate(
-    catalog: ToolCatalog,
+    assembly: Assembly,
     profile: Profile,
     *,
     workspace: Path | None = None,
@@ -42,12 +39,7 @@ def make_gate(
     protocol: ModelProtocol = ModelProtocol.OPENAI_CHAT,
     seed: int = 7,
 ) -> ToolRequestGate:
-    snapshot = build_snapshot(catalog, profile, scene, protocol, "inv_test")
-    files = DirectoryResultFiles(workspace) if workspace is not None else None
-    return ToolRequestGate(
-        snapshot,
-        Dispatcher(catalog),
-        result_files=files,
-        run_id="run_test",
-        rng=random.Random(seed),
+    snapshot = assembly.snapshot(profile, scene, protocol, "inv_test")
+    return assembly.gate(
+        snapshot, run_id="run_test", rng=random.Random(seed), results_root=workspace
     )

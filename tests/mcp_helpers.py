@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.ids import ToolId
@@ -17,12 +18,7 @@ from tavern_agent.core.profile import Profile
 from tavern_agent.core.results import AgentToolResult
 from tavern_agent.mcp import McpManager
 from tavern_agent.mcp.registrations import parse_registration
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ToolCatalog
-from tavern_agent.tools.dispatch import Dispatcher
 from tavern_agent.tools.gate import ToolRequestGate
-from tavern_agent.tools.results import DirectoryResultFiles
-from tavern_agent.tools.snapshot import build_snapshot
 
 PEERS = Path(__file__).parent / "peers"
 MODULES = PEERS / "node_modules" / "@modelcontextprotocol"
@@ -65,14 +61,12 @@ def gate_for(
     *tool_ids: str,
     protocol: ModelProtocol = ModelProtocol.OPENAI_CHAT,
 ) -> ToolRequestGate:
-    catalog = ToolCatalog(builtin_registry(), mcp=manager)
+    assembly = Assembly(workspace / "data", mcp=manager)
     ids = [ToolId.parse(t) for t in tool_ids] or [
-        d.tool_id for d in catalog.descriptors(Scene.CHAT)
+        d.tool_id for d in assembly.catalog.descriptors(Scene.CHAT)
     ]
-    snapshot = build_snapshot(catalog, Profile.allowing(ids), Scene.CHAT, protocol, "inv_mcp")
-    return ToolRequestGate(
-        snapshot, Dispatcher(catalog), result_files=DirectoryResultFiles(workspace), run_id="r"
-    )
+    snapshot = assembly.snapshot(Profile.allowing(ids), Scene.CHAT, protocol, "inv_mcp")
+    return assembly.gate(snapshot, results_root=workspace, run_id="r")
 
 
 async def call(

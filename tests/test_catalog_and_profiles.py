@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.config import resolve_profile
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene, ToolDescriptor
@@ -20,12 +21,9 @@ from tavern_agent.tools.catalog import (
     ExternalReceipt,
     InMemoryToolSource,
     ProfileValidationError,
-    ToolCatalog,
 )
 from tavern_agent.tools.context import CallContext
-from tavern_agent.tools.dispatch import Dispatcher
-from tavern_agent.tools.gate import ToolRequestGate
-from tavern_agent.tools.snapshot import SnapshotError, ToolSnapshot, build_snapshot
+from tavern_agent.tools.snapshot import SnapshotError, ToolSnapshot
 
 
 async def ok(args: dict[str, Any], ctx: CallContext) -> ExternalReceipt:
@@ -96,24 +94,24 @@ def test_profile_files_resolve_by_path_id_and_builtin(tmp_path: Path) -> None:
 
 
 def test_validation_refuses_newly_enabled_unknown_tools(
-    catalog: ToolCatalog, extensions: InMemoryToolSource
+    assembly: Assembly, extensions: InMemoryToolSource
 ) -> None:
     extensions.add(ToolDescriptor(ToolId.extension("e", "known"), "d"), ok)
     good = Profile.from_json(
         {"id": "p", "name": "p", "tools": {"allow": ["builtin:dice.roll", "extension/e:known"]}}
     )
-    catalog.validate_profile(good)
+    assembly.catalog.validate_profile(good)
     bad = Profile.from_json(
         {"id": "p", "name": "p", "tools": {"allow": ["extension/e:known", "extension/e:ghost"]}}
     )
     with pytest.raises(ProfileValidationError) as info:
-        catalog.validate_profile(bad)
+        assembly.catalog.validate_profile(bad)
     assert info.value.problems == ["tools.allow: extension/e:ghost is not a registered tool"]
     # Already enabled before: kept, and skipped at run time instead.
-    catalog.validate_profile(bad, previous=bad)
+    assembly.catalog.validate_profile(bad, previous=bad)
 
 
-def test_override_for_unknown_parameter_is_an_error(catalog: ToolCatalog) -> None:
+def test_override_for_unknown_parameter_is_an_error(assembly: Assembly) -> None:
     p = Profile.from_json(
         {
             "id": "p",
@@ -123,36 +121,36 @@ def test_override_for_unknown_parameter_is_an_error(catalog: ToolCatalog) -> Non
         }
     )
     with pytest.raises(ProfileValidationError, match=r"dice not a parameter of builtin:dice\.roll"):
-        catalog.validate_profile(p)
+        assembly.catalog.validate_profile(p)
 
 
-def test_missing_tools_are_skipped_with_a_diagnostic(catalog: ToolCatalog) -> None:
+def test_missing_tools_are_skipped_with_a_diagnostic(assembly: Assembly) -> None:
     saved = Profile.from_json(
         {"id": "p", "name": "p", "tools": {"allow": ["extension/gone:ghost", "builtin:dice.roll"]}}
     )
-    snap = build_snapshot(catalog, saved, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv")
+    snap = assembly.snapshot(saved, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv")
     assert snap.model_names == ["dice_roll"]
     assert snap.diagnostics == ("extension/gone:ghost skipped: not registered or not enabled",)
 
 
-def test_default_writer_has_every_tool_it_names(catalog: ToolCatalog) -> None:
+def test_default_writer_has_every_tool_it_names(assembly: Assembly) -> None:
     writer = Profile.builtin("default-writer")
-    snap = build_snapshot(catalog, writer, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv")
+    snap = assembly.snapshot(writer, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv")
     assert snap.diagnostics == ()
     assert len(snap.bindings) == len(writer.tools.allow)
 
 
-def test_scene_filters_tools(catalog: ToolCatalog, extensions: InMemoryToolSource) -> None:
+def test_scene_filters_tools(assembly: Assembly, extensions: InMemoryToolSource) -> None:
     extensions.add(
         ToolDescriptor(ToolId.extension("e", "chatty"), "d", scenes=frozenset({Scene.CHAT})), ok
     )
     p = Profile.from_json({"id": "p", "name": "p", "tools": {"allow": ["extension/e:chatty"]}})
-    snap = build_snapshot(catalog, p, Scene.SESSION, ModelProtocol.OPENAI_CHAT, "inv")
+    snap = assembly.snapshot(p, Scene.SESSION, ModelProtocol.OPENAI_CHAT, "inv")
     assert snap.bindings == ()
     assert snap.diagnostics == ("extension/e:chatty skipped: not offered in session runs",)
 
 
-def test_description_overrides_reach_the_model(catalog: ToolCatalog) -> None:
+def test_description_overrides_reach_the_model(assembly: Assembly) -> None:
     p = Profile.from_json(
         {
             "id": "p",
@@ -166,22 +164,22 @@ def test_description_overrides_reach_the_model(catalog: ToolCatalog) -> None:
             },
         }
     )
-    (binding,) = build_snapshot(catalog, p, Scene.CHAT, ModelProtocol.ANTHROPIC, "inv").bindings
+    (binding,) = assembly.snapshot(p, Scene.CHAT, ModelProtocol.ANTHROPIC, "inv").bindings
     assert binding.descriptor.description == "Roll."
     assert binding.parameters["properties"]["formula"]["description"] == "Like 2d6."
 
 
-def test_allow_order_is_display_order(catalog: ToolCatalog, mcp: InMemoryToolSource) -> None:
+def test_allow_order_is_display_order(assembly: Assembly, mcp: InMemoryToolSource) -> None:
     mcp.add(ToolDescriptor(ToolId.mcp("s", "a"), "d", label="srv"), ok)
     p = Profile.from_json(
         {"id": "p", "name": "p", "tools": {"allow": ["mcp/s:a", "builtin:dice.roll"]}}
     )
-    snap = build_snapshot(catalog, p, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv")
+    snap = assembly.snapshot(p, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv")
     assert snap.model_names == ["mcp__srv__a", "dice_roll"]
 
 
 async def test_snapshot_written_reloaded_and_reused(
-    tmp_path: Path, catalog: ToolCatalog, mcp: InMemoryToolSource
+    tmp_path: Path, assembly: Assembly, mcp: InMemoryToolSource
 ) -> None:
     schema = {
         "type": "object",
@@ -205,7 +203,7 @@ async def test_snapshot_written_reloaded_and_reused(
             "limits": {"maxCallsPerInvocation": 5, "maxCallsPerTool": {"mcp/r1:same.name": 2}},
         }
     )
-    snap = build_snapshot(catalog, p, Scene.CHAT, ModelProtocol.GEMINI, "inv_1")
+    snap = assembly.snapshot(p, Scene.CHAT, ModelProtocol.GEMINI, "inv_1")
     path = tmp_path / "input" / "invocations" / "inv_1" / "tool_snapshot.json"
     snap.save(path)
     with pytest.raises(AlreadyWritten):
@@ -226,7 +224,7 @@ async def test_snapshot_written_reloaded_and_reused(
     }
     # Reused: the catalog may change, the loaded snapshot still resolves the same names.
     mcp.remove(ToolId.mcp("r0", "same.name"))
-    gate = ToolRequestGate(loaded, Dispatcher(catalog))
+    gate = assembly.gate(loaded)
     second = (await gate.handle(ToolCall("a", "mcp__dup__same.name__2", "{}"))).result
     assert (second.tool_id, second.content) == (ToolId.mcp("r1", "same.name"), "ok")
     first = (await gate.handle(ToolCall("b", "mcp__dup__same.name", "{}"))).result

@@ -20,6 +20,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Origin, Subprotocol
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
@@ -28,8 +29,6 @@ from tavern_agent.core.profile import Profile
 from tavern_agent.core.results import AgentToolResult
 from tavern_agent.extensions import ExtensionRegistry, RemoteExtensionTools
 from tavern_agent.extensions.remote import CombinedExtensionTools
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ToolCatalog
 from tavern_agent.tools.gate import ToolRequestGate
 
 from .conftest import make_gate
@@ -86,9 +85,9 @@ async def until(check: Callable[[], Any], what: str) -> None:
 
 
 def gate_for(extensions: Any) -> ToolRequestGate:
-    catalog = ToolCatalog(builtin_registry(), extensions=extensions)
+    assembly = Assembly(Path("/nonexistent-data-root"), extensions=extensions)
     profile = Profile.allowing([d.tool_id for d in extensions.catalog(Scene.CHAT)])
-    return make_gate(catalog, profile)
+    return make_gate(assembly, profile)
 
 
 async def call(
@@ -103,7 +102,8 @@ async def test_page_tools_are_called_through_the_gate(
 ) -> None:
     page, answer = await open_page(browser, served, "echo", "silent", "fails")
     assert answer == {"ids": [str(ECHO), str(SILENT), "extension/page-test:fails"]}
-    await until(lambda: SILENT in remote.tools, "the catalog reaches the runtime")
+    # Each registration updates the catalog on its own: wait for the last one.
+    await until(lambda: len(remote.tools) == 3, "the catalog reaches the runtime")
     gate = gate_for(remote)
     assert gate.snapshot.model_names == ["echo", "fails", "silent"]
 

@@ -9,15 +9,13 @@ from typing import Any
 
 import pytest
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.ids import ToolId
-from tavern_agent.core.profile import Profile
 from tavern_agent.core.results import AgentToolResult
 from tavern_agent.extensions import AlreadyRegistered, ExtensionContext, ExtensionRegistry
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ToolCatalog
 from tavern_agent.tools.gate import ToolRequestGate
 
 from .conftest import make_gate
@@ -75,9 +73,8 @@ def reg(weather: Weather) -> ExtensionRegistry:
 def gate_for(
     reg: ExtensionRegistry, tmp_path: Path | None = None, scene: Scene = Scene.CHAT
 ) -> ToolRequestGate:
-    catalog = ToolCatalog(builtin_registry(), extensions=reg)
-    profile = Profile.allowing([d.tool_id for d in catalog.descriptors(scene)])
-    return make_gate(catalog, profile, workspace=tmp_path, scene=scene)
+    assembly = Assembly(Path("/nonexistent-data-root"), extensions=reg)
+    return make_gate(assembly, assembly.everything(scene), workspace=tmp_path, scene=scene)
 
 
 async def call(gate: ToolRequestGate, name: str, raw: Any, **kw: Any) -> AgentToolResult:

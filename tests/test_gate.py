@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import ToolDescriptor
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.ids import ToolId
 from tavern_agent.core.profile import Limits, Profile, ToolSelection
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource, ToolCatalog
+from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.gate import ToolRequestGate
 
@@ -36,8 +37,8 @@ async def call(gate: ToolRequestGate, name: str, raw: Any = '{"formula":"d20"}',
     return (await gate.handle(ToolCall(cid, name, raw), round=1)).result
 
 
-async def test_dice_roll_through_the_gate(catalog: ToolCatalog) -> None:
-    gate = make_gate(catalog, profile(DICE))
+async def test_dice_roll_through_the_gate(assembly: Assembly) -> None:
+    gate = make_gate(assembly, profile(DICE))
     result = await call(gate, "dice_roll", '{"formula":"3d6+4"}')
     assert not result.is_error
     assert result.tool_id == ToolId.builtin("dice.roll")
@@ -49,42 +50,42 @@ async def test_dice_roll_through_the_gate(catalog: ToolCatalog) -> None:
     )
 
 
-async def test_string_encoded_arguments_give_the_same_result(catalog: ToolCatalog) -> None:
+async def test_string_encoded_arguments_give_the_same_result(assembly: Assembly) -> None:
     plain = await call(
-        make_gate(catalog, profile(DICE), seed=3), "dice_roll", '{"formula":"3d6+4"}'
+        make_gate(assembly, profile(DICE), seed=3), "dice_roll", '{"formula":"3d6+4"}'
     )
     encoded = await call(
-        make_gate(catalog, profile(DICE), seed=3), "dice_roll", json.dumps('{"formula":"3d6+4"}')
+        make_gate(assembly, profile(DICE), seed=3), "dice_roll", json.dumps('{"formula":"3d6+4"}')
     )
     assert plain.content == encoded.content
     assert plain.structured == encoded.structured
 
 
-async def test_array_arguments_are_refused_with_an_echo(catalog: ToolCatalog) -> None:
-    result = await call(make_gate(catalog, profile(DICE)), "dice_roll", "[1,2]")
+async def test_array_arguments_are_refused_with_an_echo(assembly: Assembly) -> None:
+    result = await call(make_gate(assembly, profile(DICE)), "dice_roll", "[1,2]")
     assert result.error_code is ErrorCode.TOOL_INVALID_ARGUMENTS
     assert "You sent: [1,2]" in result.content
     assert '{"formula": string}' in result.content
     assert result.structured["error"]["echo"] == "[1,2]"
 
 
-async def test_truncated_json_reports_the_position(catalog: ToolCatalog) -> None:
-    result = await call(make_gate(catalog, profile(DICE)), "dice_roll", '{"formula": "3d6')
+async def test_truncated_json_reports_the_position(assembly: Assembly) -> None:
+    result = await call(make_gate(assembly, profile(DICE)), "dice_roll", '{"formula": "3d6')
     assert result.error_code is ErrorCode.TOOL_INVALID_ARGUMENTS
     assert "char 12" in result.content
     assert 'You sent: {"formula": "3d6' in result.content
 
 
-async def test_unknown_name_suggests_the_closest(catalog: ToolCatalog) -> None:
-    result = await call(make_gate(catalog, profile(DICE)), "dice_rol")
+async def test_unknown_name_suggests_the_closest(assembly: Assembly) -> None:
+    result = await call(make_gate(assembly, profile(DICE)), "dice_rol")
     assert result.error_code is ErrorCode.MODEL_UNKNOWN_TOOL_CALL
     assert result.tool_id is None
     assert "Did you mean dice_roll?" in result.content
     assert "Tools: dice_roll." in result.content
 
 
-async def test_source_form_names_map_to_model_names(catalog: ToolCatalog) -> None:
-    gate = make_gate(catalog, profile(DICE))
+async def test_source_form_names_map_to_model_names(assembly: Assembly) -> None:
+    gate = make_gate(assembly, profile(DICE))
     for source_form in ("dice.roll", "builtin:dice.roll"):
         result = await call(gate, source_form)
         assert result.error_code is ErrorCode.MODEL_UNKNOWN_TOOL_CALL
@@ -92,7 +93,7 @@ async def test_source_form_names_map_to_model_names(catalog: ToolCatalog) -> Non
 
 
 async def test_schema_violation_names_path_and_rename(
-    catalog: ToolCatalog, extensions: InMemoryToolSource
+    assembly: Assembly, extensions: InMemoryToolSource
 ) -> None:
     schema = {
         "type": "object",
@@ -117,7 +118,7 @@ async def test_schema_violation_names_path_and_rename(
         ToolDescriptor(ToolId.extension("x", "chat_read"), "d", schema, name_hint="chat_read"),
         never,
     )
-    gate = make_gate(catalog, profile("extension/x:chat_read"))
+    gate = make_gate(assembly, profile("extension/x:chat_read"))
     renamed = await call(gate, "chat_read", {"floors": [{"floor": 1}, {"index": 2}]})
     assert renamed.error_code is ErrorCode.TOOL_INVALID_ARGUMENTS
     assert "`floors[1].index` is not a parameter. Use `floors[1].floor`." in renamed.content
@@ -126,9 +127,9 @@ async def test_schema_violation_names_path_and_rename(
 
 
 async def test_the_81st_call_is_refused_and_unknown_and_invalid_calls_count(
-    catalog: ToolCatalog,
+    assembly: Assembly,
 ) -> None:
-    gate = make_gate(catalog, profile(DICE))
+    gate = make_gate(assembly, profile(DICE))
     kinds = ["dice_roll", "nope", "dice_roll:bad"]
     for i in range(80):
         kind = kinds[i % 3]
@@ -145,8 +146,8 @@ async def test_the_81st_call_is_refused_and_unknown_and_invalid_calls_count(
     assert "Finish now" in refused.content
 
 
-async def test_per_tool_budget(catalog: ToolCatalog) -> None:
-    gate = make_gate(catalog, profile(DICE, per_tool={DICE: 2}))
+async def test_per_tool_budget(assembly: Assembly) -> None:
+    gate = make_gate(assembly, profile(DICE, per_tool={DICE: 2}))
     assert not (await call(gate, "dice_roll", cid="a")).is_error
     assert not (await call(gate, "dice_roll", cid="b")).is_error
     third = await call(gate, "dice_roll", cid="c")
@@ -154,25 +155,25 @@ async def test_per_tool_budget(catalog: ToolCatalog) -> None:
     assert "dice_roll has used its 2 calls" in third.content
 
 
-async def test_budgets_are_per_invocation(catalog: ToolCatalog) -> None:
-    first = make_gate(catalog, profile(DICE, max_calls=1))
-    second = make_gate(catalog, profile(DICE, max_calls=1))
+async def test_budgets_are_per_invocation(assembly: Assembly) -> None:
+    first = make_gate(assembly, profile(DICE, max_calls=1))
+    second = make_gate(assembly, profile(DICE, max_calls=1))
     assert not (await call(first, "dice_roll")).is_error
     assert (await call(first, "dice_roll")).error_code is ErrorCode.AGENT_TOOL_BUDGET_EXHAUSTED
     assert not (await call(second, "dice_roll")).is_error
 
 
-async def test_gate_state_survives_a_checkpoint(catalog: ToolCatalog) -> None:
-    gate = make_gate(catalog, profile(DICE, max_calls=2))
+async def test_gate_state_survives_a_checkpoint(assembly: Assembly) -> None:
+    gate = make_gate(assembly, profile(DICE, max_calls=2))
     await call(gate, "dice_roll")
-    restored = make_gate(catalog, profile(DICE, max_calls=2))
+    restored = make_gate(assembly, profile(DICE, max_calls=2))
     restored.restore(gate.state())
     assert not (await call(restored, "dice_roll")).is_error
     assert (await call(restored, "dice_roll")).error_code is ErrorCode.AGENT_TOOL_BUDGET_EXHAUSTED
 
 
 async def test_disabled_external_tool_is_unavailable_without_running(
-    catalog: ToolCatalog, extensions: InMemoryToolSource
+    assembly: Assembly, extensions: InMemoryToolSource
 ) -> None:
     ran: list[str] = []
 
@@ -182,7 +183,7 @@ async def test_disabled_external_tool_is_unavailable_without_running(
 
     tool = ToolDescriptor(ToolId.extension("w", "forecast"), "d", name_hint="forecast")
     extensions.add(tool, run)
-    gate = make_gate(catalog, profile("extension/w:forecast"))
+    gate = make_gate(assembly, profile("extension/w:forecast"))
     assert (await call(gate, "forecast", None, cid="one")).content == "ok"
     extensions.disabled.add(tool.tool_id)
     refused = await call(gate, "forecast", None, cid="two")
@@ -195,7 +196,7 @@ async def test_disabled_external_tool_is_unavailable_without_running(
 
 
 async def test_dispatch_goes_by_tool_id_kind_never_by_name(
-    catalog: ToolCatalog, mcp: InMemoryToolSource
+    assembly: Assembly, mcp: InMemoryToolSource
 ) -> None:
     seen: list[str] = []
 
@@ -205,7 +206,7 @@ async def test_dispatch_goes_by_tool_id_kind_never_by_name(
 
     tool = ToolDescriptor(ToolId.mcp("x", "workspace.finish"), "d", label="x")
     mcp.add(tool, impostor)
-    gate = make_gate(catalog, profile("mcp/x:workspace.finish"))
+    gate = make_gate(assembly, profile("mcp/x:workspace.finish"))
     (name,) = gate.snapshot.model_names
     assert name == "mcp__x__workspace_finish"
     executed = await gate.handle(ToolCall("c", name, "{}"))
@@ -216,20 +217,20 @@ async def test_dispatch_goes_by_tool_id_kind_never_by_name(
 
 
 async def test_external_error_receipt_becomes_an_error_result(
-    catalog: ToolCatalog, mcp: InMemoryToolSource
+    assembly: Assembly, mcp: InMemoryToolSource
 ) -> None:
     async def failing(args: dict[str, Any], ctx: CallContext) -> ExternalReceipt:
         return ExternalReceipt("disk quota exceeded", is_error=True)
 
     mcp.add(ToolDescriptor(ToolId.mcp("s", "save"), "d", label="s"), failing)
-    result = await call(make_gate(catalog, profile("mcp/s:save")), "mcp__s__save", "{}")
+    result = await call(make_gate(assembly, profile("mcp/s:save")), "mcp__s__save", "{}")
     assert result.is_error
     assert result.error_code is ErrorCode.MCP_TOOL_ERROR
     assert result.content == "disk quota exceeded"
 
 
-async def test_empty_snapshot_says_so(catalog: ToolCatalog) -> None:
-    result = await call(make_gate(catalog, profile()), "anything")
+async def test_empty_snapshot_says_so(assembly: Assembly) -> None:
+    result = await call(make_gate(assembly, profile()), "anything")
     assert "this invocation has no tools" in result.content
 
 
@@ -248,7 +249,9 @@ def wire_arguments(draw: st.DrawFn) -> Any:
     )
 
 
-GATE_FOR_FUZZ = make_gate(ToolCatalog(builtin_registry()), profile(DICE, max_calls=100_000), seed=1)
+GATE_FOR_FUZZ = make_gate(
+    Assembly(Path("/nonexistent-data-root")), profile(DICE, max_calls=100_000), seed=1
+)
 
 
 names = st.one_of(st.text(max_size=80), st.sampled_from(["dice_roll", "dice.roll", "DICE_ROLL"]))
@@ -266,7 +269,7 @@ async def test_no_exception_escapes_the_gate(calls: list[tuple[str, Any]]) -> No
         assert result.is_error == (result.error_code is not None)
 
 
-async def test_strict_mode_nulls_for_optional_parameters_are_dropped(catalog: ToolCatalog) -> None:
+async def test_strict_mode_nulls_for_optional_parameters_are_dropped(assembly: Assembly) -> None:
     seen: list[dict[str, Any]] = []
 
     async def record(args: dict[str, Any], ctx: CallContext) -> ExternalReceipt:
@@ -279,19 +282,19 @@ async def test_strict_mode_nulls_for_optional_parameters_are_dropped(catalog: To
         "required": ["q"],
         "additionalProperties": False,
     }
-    extensions = catalog.extensions
+    extensions = assembly.catalog.extensions
     assert isinstance(extensions, InMemoryToolSource)
     extensions.add(
         ToolDescriptor(ToolId.extension("s", "find"), "d", schema, name_hint="find"), record
     )
-    gate = make_gate(catalog, profile("extension/s:find"))
+    gate = make_gate(assembly, profile("extension/s:find"))
     result = await call(gate, "find", '{"q": "dragon", "limit": null}')
     assert not result.is_error
     assert seen == [{"q": "dragon"}]
 
 
-async def test_common_aliases_point_to_this_snapshots_name(catalog: ToolCatalog) -> None:
-    gate = make_gate(catalog, profile(DICE))
+async def test_common_aliases_point_to_this_snapshots_name(assembly: Assembly) -> None:
+    gate = make_gate(assembly, profile(DICE))
     result = await call(gate, "Roll")
     assert result.error_code is ErrorCode.MODEL_UNKNOWN_TOOL_CALL
     assert "Call it by its name here: dice_roll." in result.content

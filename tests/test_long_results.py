@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import ToolDescriptor
 from tavern_agent.core.ids import ToolId
@@ -12,7 +13,7 @@ from tavern_agent.core.profile import Limits, Profile, ToolSelection
 from tavern_agent.core.results import ToolOutcome
 from tavern_agent.run_layout import call_hex
 from tavern_agent.tools.builtin.registry import BuiltinRegistry, BuiltinTool
-from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource, ToolCatalog
+from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource
 from tavern_agent.tools.context import CallContext
 
 from .conftest import make_gate
@@ -36,9 +37,9 @@ def setup(extensions: InMemoryToolSource, text: str) -> Profile:
 
 
 async def test_long_result_goes_to_a_file_with_a_preview(
-    tmp_path: Path, catalog: ToolCatalog, extensions: InMemoryToolSource
+    tmp_path: Path, assembly: Assembly, extensions: InMemoryToolSource
 ) -> None:
-    gate = make_gate(catalog, setup(extensions, BIG), workspace=tmp_path)
+    gate = make_gate(assembly, setup(extensions, BIG), workspace=tmp_path)
     result = (await gate.handle(ToolCall("call_1", "dump", None), round=3)).result
     path = f"tool-results/inv_test/round-003-call_{call_hex('call_1')}.txt"
     assert (tmp_path / path).read_text() == BIG
@@ -74,11 +75,11 @@ async def test_hints_use_this_snapshots_tool_names(
         BuiltinTool(ToolDescriptor(ToolId.builtin(n), "d"), unused)
         for n in ("workspace.read_file", "workspace.search_files", "workspace.shell")
     )
-    catalog = ToolCatalog(registry, extensions=extensions)
+    assembly = Assembly(tmp_path / "data", builtins=registry, extensions=extensions)
     profile = setup(extensions, BIG)
     allow = ("builtin:workspace.read_file", "extension/e:dump", "builtin:workspace.shell")
     profile = profile.model_copy(update={"tools": ToolSelection(allow=allow)})
-    gate = make_gate(catalog, profile, workspace=tmp_path)
+    gate = make_gate(assembly, profile, workspace=tmp_path)
     result = (await gate.handle(ToolCall("c", "dump", None))).result
     path = result.structured["path"]
     nxt = BIG[:3000].count("\n") + 1  # the first line the preview did not show in full
@@ -92,18 +93,18 @@ async def test_hints_use_this_snapshots_tool_names(
 
 
 async def test_short_results_stay_inline(
-    tmp_path: Path, catalog: ToolCatalog, extensions: InMemoryToolSource
+    tmp_path: Path, assembly: Assembly, extensions: InMemoryToolSource
 ) -> None:
-    gate = make_gate(catalog, setup(extensions, "small"), workspace=tmp_path)
+    gate = make_gate(assembly, setup(extensions, "small"), workspace=tmp_path)
     result = (await gate.handle(ToolCall("c", "dump", None))).result
     assert result.content == "small"
     assert not (tmp_path / "tool-results").exists()
 
 
 async def test_the_same_text_is_spilled_only_once(
-    tmp_path: Path, catalog: ToolCatalog, extensions: InMemoryToolSource
+    tmp_path: Path, assembly: Assembly, extensions: InMemoryToolSource
 ) -> None:
-    gate = make_gate(catalog, setup(extensions, BIG), workspace=tmp_path)
+    gate = make_gate(assembly, setup(extensions, BIG), workspace=tmp_path)
     first = (await gate.handle(ToolCall("a", "dump", None))).result
     second = (await gate.handle(ToolCall("b", "dump", None))).result
     assert first.structured["path"] == second.structured["path"]
@@ -111,10 +112,10 @@ async def test_the_same_text_is_spilled_only_once(
 
 
 async def test_very_long_lines_are_wrapped_for_paging(
-    tmp_path: Path, catalog: ToolCatalog, extensions: InMemoryToolSource
+    tmp_path: Path, assembly: Assembly, extensions: InMemoryToolSource
 ) -> None:
     one_line = "y" * 70_000
-    gate = make_gate(catalog, setup(extensions, one_line), workspace=tmp_path)
+    gate = make_gate(assembly, setup(extensions, one_line), workspace=tmp_path)
     result = (await gate.handle(ToolCall("c", "dump", None))).result
     stored = (tmp_path / result.structured["path"]).read_text()
     assert stored.replace("\n", "") == one_line

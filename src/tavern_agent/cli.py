@@ -7,95 +7,59 @@ import json
 import random
 import secrets
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import click
 
 from tavern_agent import run_layout
-from tavern_agent.chat.formats import ChatFormatError, WorldBook, parse_card, parse_world
-from tavern_agent.chat.mount import prepare_run_mount, sync_floors
-from tavern_agent.chat.repository import FileChatRepository
-from tavern_agent.chat.run_input import ChatRun, freeze
+from tavern_agent.assembly import Assembly, ChatSource
+from tavern_agent.chat.formats import ChatFormatError, parse_card, parse_world
+from tavern_agent.chat.run_input import ChatRun
+from tavern_agent.cli_options import mcp_ask_option
 from tavern_agent.config import default_data_dir, profiles_dir, resolve_profile
 from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
-from tavern_agent.core.ids import ToolId, ToolKind
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.core.results import CommitRequested, ExecutedCall
-from tavern_agent.extensions.cli import listing_sources, live_sources, load_modules, serve_command
+from tavern_agent.extensions.cli import load_modules, serve_command
 from tavern_agent.fsutil import atomic_write
-from tavern_agent.mcp import has_registrations
-from tavern_agent.mcp.approval import Approver, policy_approver, terminal_approver
+from tavern_agent.mcp.approval import approver_for
 from tavern_agent.mcp.cli import mcp_group
 from tavern_agent.runtime.cli import run_command, runs_group
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ExtensionTools, ProfileValidationError, ToolCatalog
-from tavern_agent.tools.dispatch import Dispatcher
+from tavern_agent.tools.catalog import ProfileValidationError
 from tavern_agent.tools.gate import ToolRequestGate
-from tavern_agent.tools.results import DirectoryResultFiles
-from tavern_agent.tools.snapshot import ToolSnapshot, build_snapshot
-from tavern_agent.workspace.layout import DataRoot, allows_chat_tool
+from tavern_agent.tools.snapshot import ToolSnapshot
+from tavern_agent.workspace.layout import DataRoot
 from tavern_agent.workspace.read_state import load_reads, save_reads
-from tavern_agent.workspace.roots import RootPolicy
-from tavern_agent.workspace.store import Workspace, WorkspaceEscape
+from tavern_agent.workspace.store import WorkspaceEscape
 
-if TYPE_CHECKING:
-    from tavern_agent.mcp.manager import McpManager
-
+T = TypeVar("T")
 PROTOCOLS = [p.value for p in ModelProtocol]
 SCENES = [s.value for s in Scene]
 
 
-def _mcp_manager(data_dir: Path, approver: Approver | None = None) -> McpManager | None:
-    """The MCP manager, or ``None`` (and no SDK import) when no server is registered."""
-    if not has_registrations(data_dir):
-        return None
-    from tavern_agent.mcp.manager import McpManager
-
-    return McpManager(data_dir) if approver is None else McpManager(data_dir, approver=approver)
-
-
-def _catalog(
-    data_dir: Path | None = None,
-    mcp: McpManager | None = None,
-    extensions: ExtensionTools | None = None,
-) -> ToolCatalog:
-    if mcp is None and data_dir is not None:
-        mcp = _mcp_manager(data_dir)
-    if extensions is None and data_dir is not None:
-        extensions = listing_sources(data_dir)
-    return ToolCatalog(builtin_registry(), mcp=mcp, extensions=extensions)
-
-
-def _profile(
-    ctx: click.Context,
-    profile_spec: str | None,
-    scene: Scene,
-    extensions: ExtensionTools | None = None,
-) -> Profile:
+def _profile(assembly: Assembly, profile_spec: str | None, scene: Scene) -> Profile:
+    """The named profile, or one allowing every tool of the catalog."""
     try:
         if profile_spec is None:
-            catalog = _catalog(ctx.obj["data_dir"], extensions=extensions)
-            return Profile.allowing([d.tool_id for d in catalog.descriptors(scene)])
-        return resolve_profile(profile_spec, ctx.obj["data_dir"])
+            return assembly.everything(scene)
+        return resolve_profile(profile_spec, assembly.data.path)
     except ProfileError as exc:
         raise click.UsageError(str(exc)) from None
 
 
-def _snapshot(
-    ctx: click.Context,
-    profile: Profile,
-    scene: str,
-    protocol: str,
-    mcp: McpManager | None = None,
-    extensions: ExtensionTools | None = None,
-) -> ToolSnapshot:
-    catalog = _catalog(ctx.obj["data_dir"], mcp, extensions)
-    snapshot_id = f"cli-{secrets.token_hex(6)}"
-    return build_snapshot(catalog, profile, Scene(scene), ModelProtocol(protocol), snapshot_id)
+def _listing(data_dir: Path, work: Callable[[Assembly], T]) -> T:
+    """Run ``work`` on every tool source of ``data_dir`` (pages included), then close them."""
+
+    async def run() -> T:
+        async with await Assembly.open(data_dir) as assembly:
+            return work(assembly)
+
+    return asyncio.run(run())
 
 
 def _profile_option(f: Any) -> Any:
@@ -167,18 +131,22 @@ def tools_list(
     ctx: click.Context, profile_spec: str | None, scene: str, protocol: str, as_json: bool
 ) -> None:
     """Print the tools a model would be offered: name, ToolId, description, parameters."""
-    extensions = listing_sources(ctx.obj["data_dir"])
-    profile = _profile(ctx, profile_spec, Scene(scene), extensions)
-    snap = _snapshot(ctx, profile, scene, protocol, extensions=extensions)
+
+    def build(assembly: Assembly) -> tuple[ToolSnapshot, dict[str, str | None]]:
+        profile = _profile(assembly, profile_spec, Scene(scene))
+        snap = assembly.snapshot(profile, Scene(scene), ModelProtocol(protocol), "listing")
+        return snap, {str(b.tool_id): assembly.origin(b.tool_id) for b in snap.bindings}
+
+    snap, origins = _listing(ctx.obj["data_dir"], build)
     if as_json:
         listing = listing_json(snap)
         for entry in listing["tools"]:
-            entry["registeredBy"] = extensions.origin(ToolId.parse(entry["toolId"]))
+            entry["registeredBy"] = origins[entry["toolId"]]
         click.echo(json.dumps(listing, ensure_ascii=False, indent=2))
         return
     for b in snap.bindings:
         click.echo(f"{b.model_name}  ({b.tool_id})")
-        origin = extensions.origin(b.tool_id) if b.tool_id.kind is ToolKind.EXTENSION else None
+        origin = origins[str(b.tool_id)]
         if origin:
             click.echo(f"  registered by {origin}")
         click.echo(f"  {b.descriptor.description}")
@@ -263,12 +231,14 @@ def _parameter_lines(schema: Any) -> list[str]:
     help="A character card (JSON or PNG); its embedded lorebook is activated too.",
 )
 @click.option(
-    "--mcp-ask",
-    type=click.Choice(["prompt", "decline", "allow"]),
-    default="prompt",
-    show_default=True,
-    help="MCP tools set to 'ask': prompt on a terminal (decline without one), or answer at once.",
+    "--run",
+    "run_id",
+    default=None,
+    metavar="ID",
+    help="With --chat: commit as run ID, revising the message that run committed before. "
+    "Default: a new run id, so a commit appends a new message.",
 )
+@mcp_ask_option
 @click.pass_context
 def call_command(
     ctx: click.Context,
@@ -283,6 +253,7 @@ def call_command(
     chat_file: Path | None,
     world_files: tuple[Path, ...],
     character_file: Path | None,
+    run_id: str | None,
     mcp_ask: str,
 ) -> None:
     """Send one call NAME with RAW_ARGS (argument text exactly as a model sent it).
@@ -290,59 +261,40 @@ def call_command(
     Omit RAW_ARGS for a call whose arguments field was missing. Error results
     are results: they print and exit 0.
     """
-    approver = (
-        terminal_approver()
-        if mcp_ask == "prompt"
-        else policy_approver("allow" if mcp_ask == "allow" else "decline")
-    )
-    manager = _mcp_manager(ctx.obj["data_dir"], approver)
-    root = workspace or ctx.obj["data_dir"] / "cli-workspace"
-    data = DataRoot(ctx.obj["data_dir"])
+    data_dir: Path = ctx.obj["data_dir"]
+    root = workspace or data_dir / "cli-workspace"
     reads_file = root / run_layout.CLI_READS_FILE
     call = ToolCall(f"call_{secrets.token_hex(8)}", name, MISSING if raw_args is None else raw_args)
-
-    def make_gate(extensions: ExtensionTools) -> tuple[ToolRequestGate, ChatRun | None]:
-        profile = _profile(ctx, profile_spec, Scene(scene), extensions)
-        snap = _snapshot(ctx, profile, scene, protocol, manager, extensions)
-        chat_run = _chat_run(data, root, profile, chat_file, world_files, character_file, seed)
-        ws = Workspace(
-            root,
-            RootPolicy.for_scene(
-                Scene(scene),
-                profile.workspace,
-                chat_mount=chat_run is not None and allows_chat_tool(profile),
-            ),
-            skills_dir=data.skills_dir,
-            visible_skills=frozenset(s.folder for s in data.skills(profile)),
-        )
-        if chat_run is not None:
-            ws.chat_floors_dir = data.chat_mount_dir(chat_run.input.stable_chat_id) / "floors"
-            ws.chat_floor_count = chat_run.floor_count
-        gate = ToolRequestGate(
-            snap,
-            Dispatcher(_catalog(mcp=manager, extensions=extensions)),
-            result_files=DirectoryResultFiles(root),
-            run_id="cli",
-            rng=random.Random(seed),
-            workspace=ws,
-            chat=chat_run,
-        )
-        # Successive `call`s on one workspace act like calls of one invocation: what
-        # was read is remembered, so write → read → patch works by hand.
-        gate.reads.update(load_reads(reads_file))
-        return gate, chat_run
+    if chat_file is None and (world_files or character_file or run_id):
+        raise click.UsageError("--world, --character and --run need --chat")
+    source = (
+        None if chat_file is None else _chat_source(chat_file, world_files, character_file, seed)
+    )
+    run_id = run_id or f"cli_{secrets.token_hex(6)}"
 
     async def run() -> tuple[ExecutedCall, ToolRequestGate, ChatRun | None]:
-        extensions, remote = await live_sources(ctx.obj["data_dir"])
-        try:
-            gate, chat_run = make_gate(extensions)
-            if manager is None:
-                return await gate.handle(call, round=1), gate, chat_run
-            async with manager:
-                return await gate.handle(call, round=1), gate, chat_run
-        finally:
-            if remote is not None:
-                await remote.aclose()
+        async with await Assembly.open(data_dir, approver=approver_for(mcp_ask)) as assembly:
+            profile = _profile(assembly, profile_spec, Scene(scene))
+            chat_run = None
+            if source is not None:
+                try:
+                    chat_run, _, _ = assembly.chat_run(
+                        source, root, run_id=run_id, profile_id=profile.id
+                    )
+                except (ChatFormatError, ValueError) as exc:
+                    raise click.UsageError(str(exc)) from None
+            snap = assembly.snapshot(profile, Scene(scene), ModelProtocol(protocol))
+            gate = assembly.gate(
+                snap,
+                run_id=run_id,
+                rng=random.Random(seed),
+                workspace=assembly.workspace(root, Scene(scene), profile, chat_run),
+                chat=chat_run,
+            )
+            # Successive `call`s on one workspace act like calls of one invocation: what
+            # was read is remembered, so write → read → patch works by hand.
+            gate.reads.update(load_reads(reads_file))
+            return await gate.handle(call, round=1), gate, chat_run
 
     try:
         executed, gate, chat_run = asyncio.run(run())
@@ -355,7 +307,11 @@ def call_command(
         assert gate.workspace is not None
         receipt = chat_run.apply_effect(executed.effect, gate.workspace)
         verb = "created" if receipt.created else "updated"
-        click.echo(f"tavern-agent: chat floor {receipt.floor} {verb} in {chat_file}", err=True)
+        click.echo(
+            f"tavern-agent: chat floor {receipt.floor} {verb} in {chat_file} "
+            f"(revise it with --run {run_id})",
+            err=True,
+        )
     if as_json:
         payload = result.to_json() | {"effect": type(executed.effect).__name__}
         click.echo(json.dumps(payload, ensure_ascii=False, indent=2))
@@ -365,36 +321,16 @@ def call_command(
         click.echo(result.content)
 
 
-def _chat_run(
-    data: DataRoot,
-    root: Path,
-    profile: Profile,
-    chat_file: Path | None,
-    world_files: tuple[Path, ...],
-    character_file: Path | None,
-    seed: int | None,
-) -> ChatRun | None:
-    """The chat side of a CLI call: the chat frozen as it is now, its mount, its world info."""
-    if chat_file is None:
-        if world_files or character_file:
-            raise click.UsageError("--world and --character need --chat")
-        return None
-    repo = FileChatRepository(chat_file)
+def _chat_source(
+    chat_file: Path, world_files: tuple[Path, ...], character_file: Path | None, seed: int | None
+) -> ChatSource:
+    """The chat side of a CLI call: the chat, its world info files and card."""
     try:
-        chat = repo.load()
-        books: list[WorldBook] = [parse_world(p.read_bytes(), p.stem) for p in world_files]
-        if character_file is not None:
-            book = parse_card(character_file.read_bytes()).book()
-            books.extend([book] if book is not None else [])
+        books = tuple(parse_world(p.read_bytes(), p.stem) for p in world_files)
+        card = parse_card(character_file.read_bytes()) if character_file is not None else None
     except (ChatFormatError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
-    stable = chat.stable_id(str(chat_file.resolve()))
-    run_input = freeze(chat, stable, title=chat_file.stem, books=books, rng=random.Random(seed))
-    mount = data.chat_mount_dir(stable)
-    sync_floors(chat, mount)
-    prepare_run_mount(root, run_input)
-    run_input.save(root)
-    return ChatRun(repo, run_input, run_id="cli", profile_id=profile.id, index_dir=mount)
+    return ChatSource(chat_file, books, card, seed)
 
 
 @cli.group()
@@ -407,8 +343,14 @@ def skills() -> None:
 @click.pass_context
 def skills_list(ctx: click.Context, profile_spec: str | None) -> None:
     """List the skills a profile sees, with their front-matter descriptions."""
-    chosen = _profile(ctx, profile_spec, Scene.CHAT)
     data = DataRoot(ctx.obj["data_dir"])
+    if profile_spec is None:
+        chosen = _listing(data.path, lambda assembly: _profile(assembly, None, Scene.CHAT))
+    else:
+        try:
+            chosen = resolve_profile(profile_spec, data.path)
+        except ProfileError as exc:
+            raise click.UsageError(str(exc)) from None
     found = data.skills(chosen)
     for skill in found:
         click.echo(f"skills/{skill.folder}/  {skill.name}: {skill.description}".rstrip(": "))
@@ -447,7 +389,7 @@ def profile_validate(ctx: click.Context, profile_spec: str) -> None:
     """Check a profile against the catalog: every enabled tool and override must exist."""
     try:
         loaded = resolve_profile(profile_spec, ctx.obj["data_dir"])
-        _catalog(ctx.obj["data_dir"]).validate_profile(loaded)
+        _listing(ctx.obj["data_dir"], lambda assembly: assembly.catalog.validate_profile(loaded))
     except (ProfileError, ProfileValidationError) as exc:
         problems = exc.problems if isinstance(exc, ProfileValidationError) else [str(exc)]
         for problem in problems:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.chat.formats import WorldBook, parse_world
 from tavern_agent.chat.mount import prepare_run_mount, sync_floors
 from tavern_agent.chat.repository import FileChatRepository
@@ -17,12 +18,6 @@ from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile
 from tavern_agent.core.results import AgentToolResult, ExecutedCall
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ToolCatalog
-from tavern_agent.tools.dispatch import Dispatcher
-from tavern_agent.tools.gate import ToolRequestGate
-from tavern_agent.tools.results import DirectoryResultFiles
-from tavern_agent.tools.snapshot import build_snapshot
 from tavern_agent.workspace.layout import DataRoot
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -129,14 +124,14 @@ class ChatAgent:
         scene: Scene = Scene.CHAT,
         run_id: str = "run_1",
     ) -> None:
-        catalog = ToolCatalog(builtin_registry())
-        ids = [d.tool_id for d in catalog.descriptors(scene)]
+        assembly = Assembly(data_dir)
+        ids = [d.tool_id for d in assembly.catalog.descriptors(scene)]
         profile = (
             Profile.allowing(ids, "writer")
             if allow is None
             else Profile.from_json({"id": "writer", "name": "w", "tools": {"allow": list(allow)}})
         )
-        snap = build_snapshot(catalog, profile, scene, ModelProtocol.OPENAI_CHAT, "inv_chat")
+        snap = assembly.snapshot(profile, scene, ModelProtocol.OPENAI_CHAT, "inv_chat")
         self.repo = FileChatRepository(chat_path)
         chat = self.repo.load()
         stable = chat.stable_id(str(chat_path))
@@ -164,13 +159,8 @@ class ChatAgent:
             allow_commit=allow_commit,
             index_dir=self.mount,
         )
-        self.gate = ToolRequestGate(
-            snap,
-            Dispatcher(catalog),
-            result_files=DirectoryResultFiles(self.workspace.root),
-            rng=random.Random(0),
-            workspace=self.workspace,
-            chat=self.chat,
+        self.gate = assembly.gate(
+            snap, rng=random.Random(0), workspace=self.workspace, chat=self.chat
         )
         self.n = 0
 

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core.descriptors import Scene, ToolDescriptor
 from tavern_agent.core.ids import ToolId
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource, ToolCatalog
+from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource
 from tavern_agent.tools.context import CallContext
-from tavern_agent.tools.dispatch import Dispatcher
 from tavern_agent.tools.gate import ToolRequestGate
-from tavern_agent.tools.snapshot import ToolSnapshot, build_snapshot
+from tavern_agent.tools.snapshot import ToolSnapshot
 
 DICE = ToolId.builtin("dice.roll")
 CLOCK = ToolId.extension("scene", "clock")
@@ -26,24 +26,22 @@ async def _clock(args: dict[str, Any], ctx: CallContext) -> ExternalReceipt:
     return ExternalReceipt("It is dusk in the tavern.")
 
 
-def make_catalog() -> ToolCatalog:
+def make_assembly() -> Assembly:
     extensions = InMemoryToolSource()
     extensions.add(
         ToolDescriptor(CLOCK, "The time of day in the scene.", name_hint="scene_clock"), _clock
     )
-    return ToolCatalog(builtin_registry(), extensions=extensions)
+    return Assembly(Path("/nonexistent-data-root"), extensions=extensions)
 
 
-def snapshot_for(protocol: ModelProtocol, catalog: ToolCatalog | None = None) -> ToolSnapshot:
+def snapshot_for(protocol: ModelProtocol, assembly: Assembly | None = None) -> ToolSnapshot:
     profile = Profile.allowing([DICE, CLOCK], "golden")
-    return build_snapshot(catalog or make_catalog(), profile, Scene.CHAT, protocol, "inv_golden")
+    return (assembly or make_assembly()).snapshot(profile, Scene.CHAT, protocol, "inv_golden")
 
 
 def gate_for(protocol: ModelProtocol) -> ToolRequestGate:
-    catalog = make_catalog()
-    return ToolRequestGate(
-        snapshot_for(protocol, catalog), Dispatcher(catalog), rng=random.Random(11)
-    )
+    assembly = make_assembly()
+    return assembly.gate(snapshot_for(protocol, assembly), rng=random.Random(11))
 
 
 @pytest.fixture(params=list(ModelProtocol), ids=lambda p: p.value)

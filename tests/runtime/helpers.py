@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.chat.formats import WorldBook, parse_chat
 from tavern_agent.core.profile import Profile
 from tavern_agent.providers.gateway import ModelGateway
@@ -14,8 +15,6 @@ from tavern_agent.runtime.journal import read_events
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run, RunSpec
 from tavern_agent.runtime.scripted import Script, ScriptedGateway
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ToolCatalog
 from tavern_agent.workspace.layout import DataRoot
 from tests.chat.helpers import write_chat
 
@@ -56,7 +55,7 @@ class Harness:
         tmp.mkdir(parents=True, exist_ok=True)
         self.data = DataRoot(tmp / "data")
         self.chat_path = write_chat(tmp / "chat.jsonl", texts)
-        self.catalog = ToolCatalog(builtin_registry())
+        self.assembly = Assembly(self.data)
 
     def start(
         self,
@@ -65,7 +64,7 @@ class Harness:
         run_id: str | None = None,
     ) -> Run:
         spec = RunSpec(prof or profile(), chat_file=self.chat_path, books=tuple(books), seed=7)
-        return Run.start(self.data, self.catalog, spec, run_id)
+        return Run.start(self.assembly, spec, run_id)
 
     def engine(self, run: Run, gateway: ModelGateway | Script) -> Engine:
         gw = gateway if hasattr(gateway, "respond") else ScriptedGateway(gateway)  # type: ignore[arg-type]

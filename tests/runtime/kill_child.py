@@ -14,14 +14,12 @@ import os
 import sys
 from pathlib import Path
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.providers.gateway import ModelRequest
 from tavern_agent.providers.transcript import AssistantMessage, ToolResultMessage
 from tavern_agent.runtime.loop import Engine
 from tavern_agent.runtime.run import Run, RunSpec
 from tavern_agent.runtime.scripted import ScriptedGateway, Turn, call, calls
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ToolCatalog
-from tavern_agent.workspace.layout import DataRoot
 from tests.runtime.helpers import COMMIT, FINISH, profile, write
 
 TEXT = "Seraphina steps into the ford."
@@ -53,9 +51,8 @@ def gateway(delay: float = 0.0) -> ScriptedGateway:
 
 
 def main(data_dir: str, chat: str, run_id: str) -> None:
-    catalog = ToolCatalog(builtin_registry())
     spec = RunSpec(profile(), chat_file=Path(chat), seed=3)
-    run = Run.start(DataRoot(Path(data_dir)), catalog, spec, run_id)
+    run = Run.start(Assembly(Path(data_dir)), spec, run_id)
     engine = Engine(run, gateway(delay=0.01), fsync=False)  # SIGKILL keeps the page cache
     asyncio.run(engine.start())
 

@@ -467,12 +467,12 @@ def test_task_return_cannot_be_listed_by_a_profile(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     listed = Profile.from_json(agent("sneaky", ("builtin:task.return", "builtin:dice.roll")))
     try:
-        h.catalog.validate_profile(listed)
+        h.assembly.catalog.validate_profile(listed)
     except ProfileValidationError as exc:
         assert "builtin:task.return cannot be listed" in str(exc)
     else:
         raise AssertionError("task.return was accepted in a profile")
-    prepared = h.catalog.prepare(listed, Scene.CHAT)
+    prepared = h.assembly.catalog.prepare(listed, Scene.CHAT)
     assert [str(d.tool_id) for d in prepared.descriptors] == ["builtin:dice.roll"]
     assert any("task.return skipped" in n for n in prepared.diagnostics)
 

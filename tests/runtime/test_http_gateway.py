@@ -158,7 +158,7 @@ def test_anthropic_streaming_over_http(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("TA_ANTHROPIC_KEY", "ak-test")
     h = Harness(tmp_path)
     spec = RunSpec(profile(), ModelProtocol.ANTHROPIC, chat_file=h.chat_path)
-    run = Run.start(h.data, h.catalog, spec)
+    run = Run.start(h.assembly, spec)
     inv = run.invocations[0]
     url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     gateway = HttpGateway(
@@ -205,7 +205,7 @@ def drive(
     """A whole chat run against ``url``; also the chat's messages after it."""
     h = Harness(tmp_path)
     spec = RunSpec(profile(), protocol, chat_file=h.chat_path, seed=7)
-    run = Run.start(h.data, h.catalog, spec)
+    run = Run.start(h.assembly, spec)
     gateway = HttpGateway(ModelConfig(protocol, model, url, api_key_env="TA_TEST_KEY"))
     engine = Engine(run, gateway, fsync=False)
 

@@ -81,7 +81,7 @@ def test_kill_9_at_random_points_then_resume(tmp_path: Path) -> None:
 
     for i, h in enumerate(harnesses):
         run_dir = find_run(h.data, f"run_k{i}")
-        run = Run.open(h.data, h.catalog, run_dir)
+        run = Run.open(h.assembly, run_dir)
         engine = Engine(run, gateway(), fsync=False)
         result = asyncio.run(engine.resume())
         engine.close()

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core.descriptors import ToolDescriptor
 from tavern_agent.core.ids import ToolId
 from tavern_agent.runtime.loop import Engine
 from tavern_agent.runtime.persist import PersistStore
 from tavern_agent.runtime.run import Run
 from tavern_agent.runtime.scripted import ScriptedGateway, call, calls
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource, ToolCatalog
+from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource
 from tavern_agent.tools.context import CallContext
 from tests.runtime.helpers import COMMIT, FINISH, Harness, events, profile, results, types, write
 
@@ -108,7 +108,7 @@ def test_cancel_pairs_the_pending_calls_and_journals_the_cancel(tmp_path: Path) 
     source = InMemoryToolSource()
     source.add(ToolDescriptor(ToolId.extension("e", "slow"), "Waits.", label="e"), wait_forever)
     h = Harness(tmp_path)
-    h.catalog = ToolCatalog(builtin_registry(), extensions=source)
+    h.assembly = Assembly(h.data, extensions=source)
     prof = profile().model_copy(
         update={"tools": profile().tools.model_copy(update={"allow": ("extension/e:slow",)})}
     )
@@ -139,7 +139,7 @@ def test_resume_after_an_interrupted_turn_pairs_unknown_calls(tmp_path: Path) ->
     lines = journal.read_bytes().splitlines(keepends=True)
     cut = next(i for i, line in enumerate(lines) if b'"commit_requested"' in line)
     journal.write_bytes(b"".join(lines[: cut + 1]) + b'{"torn')
-    reopened = Run.open(h.data, h.catalog, run.run_dir)
+    reopened = Run.open(h.assembly, run.run_dir)
     engine = h.engine(reopened, [calls(write("Draft."), COMMIT), call(*FINISH)])
     result = asyncio.run(engine.resume())
     engine.close()
@@ -157,7 +157,7 @@ def test_a_session_run_ends_with_its_text_answer(tmp_path: Path) -> None:
 
     h = Harness(tmp_path)
     spec = RunSpec(profile(), session="notes", task="Write a packing list to work/list.md.")
-    run = Run.start(h.data, h.catalog, spec)
+    run = Run.start(h.assembly, spec)
     engine = h.engine(
         run,
         [

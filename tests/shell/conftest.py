@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
-from tavern_agent.core.profile import Limits, Profile, ShellLimits
+from tavern_agent.core.profile import Limits, ShellLimits
 from tavern_agent.core.results import AgentToolResult
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ToolCatalog
-from tavern_agent.tools.snapshot import build_snapshot
 from tavern_agent.workspace.roots import RootPolicy
 from tavern_agent.workspace.store import Workspace
 from tests.workspace.conftest import Agent
@@ -61,13 +59,11 @@ def agent(ws: Workspace) -> Agent:
 def limited_agent(ws: Workspace, inline: int = 50_000, **shell: float) -> Agent:
     """An agent whose profile sets shell limits (short timeouts keep the suite quick)."""
     agent = Agent(ws)
-    catalog = ToolCatalog(builtin_registry())
     limits = Limits(external_result_inline_char_limit=inline, shell=ShellLimits(**shell))
-    base = Profile.allowing([d.tool_id for d in catalog.descriptors(Scene.CHAT)])
+    base = agent.assembly.everything(Scene.CHAT)
     profile = base.model_copy(update={"limits": limits})
-    agent.gate.snapshot = build_snapshot(
-        catalog, profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv_shell"
-    )
+    snapshot = agent.assembly.snapshot(profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv_shell")
+    agent.gate = agent.assembly.gate(snapshot, rng=random.Random(0), workspace=ws)
     return agent
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.errors import ErrorCode
@@ -267,12 +268,11 @@ async def test_ten_parallel_calls_leave_the_event_loop_free(agent: Agent) -> Non
 
 
 def test_shell_limits_come_from_the_profile_and_survive_the_snapshot() -> None:
+    from tavern_agent.assembly import Assembly
     from tavern_agent.core.descriptors import Scene as S
     from tavern_agent.core.naming import ModelProtocol
     from tavern_agent.core.profile import Profile
-    from tavern_agent.tools.builtin import builtin_registry
-    from tavern_agent.tools.catalog import ToolCatalog
-    from tavern_agent.tools.snapshot import ToolSnapshot, build_snapshot
+    from tavern_agent.tools.snapshot import ToolSnapshot
 
     default = Profile.builtin("default-writer").limits.shell
     assert default.timeout_seconds == 30 and default.max_loop_iterations > 10_000
@@ -285,8 +285,8 @@ def test_shell_limits_come_from_the_profile_and_survive_the_snapshot() -> None:
             "limits": {"shell": {"timeoutSeconds": 5, "jsMemoryBytes": 8 * 2**20}},
         }
     )
-    snap = build_snapshot(
-        ToolCatalog(builtin_registry()), profile, S.CHAT, ModelProtocol.OPENAI_CHAT, "inv"
+    snap = Assembly(Path("/nonexistent-data-root")).snapshot(
+        profile, S.CHAT, ModelProtocol.OPENAI_CHAT, "inv"
     )
     again = ToolSnapshot.from_json(snap.to_json())
     assert again.shell_limits.timeout_seconds == 5

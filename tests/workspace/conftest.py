@@ -7,17 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
-from tavern_agent.core.profile import Profile
 from tavern_agent.core.results import AgentToolResult, ExecutedCall
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ToolCatalog
-from tavern_agent.tools.dispatch import Dispatcher
-from tavern_agent.tools.gate import ToolRequestGate
-from tavern_agent.tools.results import DirectoryResultFiles
-from tavern_agent.tools.snapshot import build_snapshot
 from tavern_agent.workspace.roots import RootPolicy
 from tavern_agent.workspace.store import Workspace
 
@@ -26,17 +20,11 @@ class Agent:
     """A gate over a workspace, with helpers that call tools by name."""
 
     def __init__(self, workspace: Workspace, scene: Scene = Scene.CHAT) -> None:
-        catalog = ToolCatalog(builtin_registry())
-        profile = Profile.allowing([d.tool_id for d in catalog.descriptors(scene)])
-        snap = build_snapshot(catalog, profile, scene, ModelProtocol.OPENAI_CHAT, "inv_ws")
+        self.assembly = Assembly(workspace.root / "data")
+        profile = self.assembly.everything(scene)
+        snap = self.assembly.snapshot(profile, scene, ModelProtocol.OPENAI_CHAT, "inv_ws")
         self.workspace = workspace
-        self.gate = ToolRequestGate(
-            snap,
-            Dispatcher(catalog),
-            result_files=DirectoryResultFiles(workspace.root),
-            rng=random.Random(0),
-            workspace=workspace,
-        )
+        self.gate = self.assembly.gate(snap, rng=random.Random(0), workspace=workspace)
         self.n = 0
 
     async def run(self, name: str, **args: object) -> ExecutedCall:

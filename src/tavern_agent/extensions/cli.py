@@ -1,4 +1,4 @@
-"""``tavern-agent serve`` and the extension sources other commands use."""
+"""``tavern-agent serve`` (the extension host) and ``--ext`` module loading."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from pathlib import Path
 import click
 
 from tavern_agent.extensions.host import CLIENT_PATH, DEFAULT_CALL_TIMEOUT, PAGE_PATH, ExtensionHost
-from tavern_agent.extensions.python import registry
-from tavern_agent.extensions.remote import CombinedExtensionTools, HostFiles, RemoteExtensionTools
+from tavern_agent.extensions.remote import HostFiles
 
 
 def load_modules(modules: Iterable[str]) -> None:
@@ -23,32 +22,6 @@ def load_modules(modules: Iterable[str]) -> None:
             importlib.import_module(name)
         except Exception as exc:
             raise click.UsageError(f"--ext {name}: cannot import it: {exc}") from None
-
-
-def listing_sources(data_dir: Path) -> CombinedExtensionTools:
-    """Python tools plus a copy of the running host's catalog (for listings, not calls)."""
-
-    async def fetch() -> RemoteExtensionTools | None:
-        remote = await RemoteExtensionTools.from_data_dir(data_dir)
-        if remote is not None:
-            await remote.aclose()
-        return remote
-
-    remote = asyncio.run(fetch()) if HostFiles(data_dir).read() else None
-    return _combined(remote)
-
-
-Live = tuple[CombinedExtensionTools, RemoteExtensionTools | None]
-
-
-async def live_sources(data_dir: Path) -> Live:
-    """Python tools plus a live connection to the running host, if one answers."""
-    remote = await RemoteExtensionTools.from_data_dir(data_dir)
-    return _combined(remote), remote
-
-
-def _combined(remote: RemoteExtensionTools | None) -> CombinedExtensionTools:
-    return CombinedExtensionTools(registry, remote) if remote else CombinedExtensionTools(registry)
 
 
 @click.command("serve")

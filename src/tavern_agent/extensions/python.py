@@ -22,7 +22,8 @@ import asyncio
 import inspect
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_args, get_type_hints
 
@@ -35,6 +36,8 @@ from tavern_agent.tools.catalog import ExternalReceipt, enabled_catalog, entry_a
 from tavern_agent.tools.context import CallContext
 
 log = logging.getLogger(__name__)
+DEFAULT_TIMEOUT = 60.0  # seconds, as for a page's tool
+OUTCOME_UNKNOWN = "It may have run. Check the current state before repeating it."
 
 F = TypeVar("F", bound=Callable[..., Any])
 _SCHEMA_NOISE = ("title",)
@@ -92,11 +95,6 @@ def receipt_for_value(value: Any, name: str | Callable[[], str]) -> ExternalRece
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def json_text(value: Any) -> str:
-    """Compact JSON, rejecting NaN and non-JSON types."""
-    return _ENCODER.encode(value)
-
-
 def _type_name(value: Any) -> str:
     return type(value).__qualname__
 
@@ -126,7 +124,29 @@ class PythonTool:
         tool_id = self.descriptor.tool_id
         return ctx.snapshot.name_of(tool_id) or tool_id.name
 
-    async def call(self, arguments: dict[str, Any], ctx: CallContext) -> ExternalReceipt:
+    async def _run(self, kwargs: dict[str, Any]) -> Any:
+        if self.is_async:
+            return await self.function(**kwargs)
+        # A plain function runs on its own daemon thread: a slow or hanging one
+        # is then bound by the time limit like a page's tool, and cannot stall
+        # the run's event loop (nor keep the process alive at exit).
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def work() -> None:
+            try:
+                value = self.function(**kwargs)
+            except BaseException as exc:  # handed to the awaiting call as is
+                loop.call_soon_threadsafe(_settle, future, None, exc)
+            else:
+                loop.call_soon_threadsafe(_settle, future, value, None)
+
+        threading.Thread(target=work, name=f"ext:{self.descriptor.tool_id}", daemon=True).start()
+        return await future
+
+    async def call(
+        self, arguments: dict[str, Any], ctx: CallContext, timeout: float = DEFAULT_TIMEOUT
+    ) -> ExternalReceipt:
         kwargs: dict[str, Any]
         if self.arguments_model is not None:
             try:
@@ -145,27 +165,76 @@ class PythonTool:
             kwargs = dict(arguments)
         if self.context_param is not None:
             kwargs[self.context_param] = ExtensionContext.of(ctx)
+        name = self.model_name(ctx)
         try:
-            value = self.function(**kwargs)
-            if self.is_async:
-                value = await value
+            value = await _bounded(self._run(kwargs), ctx.cancelled, timeout)
+        except TimeoutError:
+            return fail_receipt(
+                ErrorCode.EXTENSION_TOOL_TIMEOUT,
+                f"{name} got no answer within {timeout:g} s. {OUTCOME_UNKNOWN}",
+            )
+        except _Cancelled:
+            return fail_receipt(
+                ErrorCode.EXTENSION_TOOL_CANCELLED,
+                f"{name} was cancelled with the run. {OUTCOME_UNKNOWN}",
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the function's own failure is a result, never a crash
             message = str(exc) or type(exc).__name__
             return error_receipt(
-                self.model_name(ctx),
+                name,
                 message,
                 raw={"exception": type(exc).__name__, "message": str(exc)},
             )
-        return receipt_for_value(value, lambda: self.model_name(ctx))
+        return receipt_for_value(value, name)
+
+
+class _Cancelled(Exception):
+    """The run's cancel signal was set while the function ran."""
+
+
+def _settle(future: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    if future.done():  # the call timed out or was cancelled meanwhile
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(value)
+
+
+async def _bounded(work: Awaitable[Any], cancelled: asyncio.Event, timeout: float) -> Any:
+    """Await ``work`` until it ends, ``timeout`` passes or ``cancelled`` is set."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(cancelled.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {task, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        if task in done:
+            return task.result()
+        raise _Cancelled() if waiter in done else TimeoutError()
+    finally:
+        waiter.cancel()
+        if not task.done():
+            task.cancel()
+
+
+def fail_receipt(code: ErrorCode, message: str) -> ExternalReceipt:
+    return ExternalReceipt(content=message, is_error=True, error_code=code)
 
 
 @dataclass
 class ExtensionRegistry:
-    """Python-registered extension tools: the :class:`ExtensionTools` port for this process."""
+    """Python-registered extension tools: the :class:`ExtensionTools` port for this process.
+
+    ``call_timeout`` bounds each call in seconds, as the page host does; a
+    call past it, or cut by the run's cancellation, gets a result saying its
+    outcome is unknown.
+    """
 
     tools: dict[ToolId, PythonTool] = field(default_factory=dict)
+    call_timeout: float = DEFAULT_TIMEOUT
 
     def tool(
         self,
@@ -258,7 +327,7 @@ class ExtensionRegistry:
         if found is None or not found.enabled:
             name = context.model_name(str(tool_id), tool_id.name)
             return unavailable(name)
-        return await found.call(arguments, context)
+        return await found.call(arguments, context, self.call_timeout)
 
 
 def unavailable(name: str) -> ExternalReceipt:

@@ -69,3 +69,16 @@ def terminal_approver(fallback: AskPolicy = "decline") -> Approver:
         return await asyncio.to_thread(ask)
 
     return decide
+
+
+AskMode = Literal["prompt", "decline", "allow"]
+ASK_MODES: tuple[AskMode, ...] = ("prompt", "decline", "allow")
+
+
+def approver_for(mode: str) -> Approver:
+    """The approver for ``--mcp-ask``: ``prompt`` asks on a terminal (declines without one)."""
+    if mode == "prompt":
+        return terminal_approver()
+    if mode in ("decline", "allow"):
+        return policy_approver("allow" if mode == "allow" else "decline")
+    raise ValueError(f"unknown MCP ask mode {mode!r} (use {', '.join(ASK_MODES)})")

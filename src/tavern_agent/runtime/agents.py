@@ -47,7 +47,7 @@ from tavern_agent.fsutil import atomic_write
 from tavern_agent.providers.transcript import RecordedCall, UserMessage
 from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.prompt import system_prompt
-from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot, build_snapshot
+from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 
 if TYPE_CHECKING:
     from tavern_agent.runtime.loop import Engine
@@ -368,7 +368,7 @@ class AgentTasks:
         key = target.id if repeats == 0 else f"{target.id}-{repeats + 1:03d}"
         task_id = f"task_{uuid.uuid4().hex}"
         inv_id = f"inv_{secrets.token_hex(6)}"
-        snapshot = build_snapshot(run.catalog, target, run.scene, run.protocol, inv_id, child=True)
+        snapshot = run.assembly.snapshot(target, run.scene, run.protocol, inv_id, child=True)
         snapshot.save(run.run_dir / run_layout.snapshot_file(inv_id))
         child = run.add_invocation(
             inv_id,
@@ -611,7 +611,7 @@ class AgentTasks:
             )
             return _error(rc, binding, ErrorCode.AGENT_HANDOFF_DEPTH_EXHAUSTED, text, depth=depth)
         inv_id = f"inv_{secrets.token_hex(6)}"
-        snapshot = build_snapshot(run.catalog, target, run.scene, run.protocol, inv_id)
+        snapshot = run.assembly.snapshot(target, run.scene, run.protocol, inv_id)
         snapshot.save(run.run_dir / run_layout.snapshot_file(inv_id))
         character = run.chat.chat().character_name if run.chat is not None else ""
         system = system_prompt(target, snapshot, character)

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tavern_agent import run_layout
+from tavern_agent.assembly import Assembly
 from tavern_agent.chat.formats import (
     CharacterCard,
     ChatFormatError,
@@ -25,9 +26,11 @@ from tavern_agent.chat.formats import (
     parse_chat,
     parse_world,
 )
+from tavern_agent.cli_options import mcp_ask_option
 from tavern_agent.config import resolve_profile
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
+from tavern_agent.mcp.approval import approver_for
 from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ModelGateway, ReplayGateway
 from tavern_agent.runtime.journal import Event, read_events
 from tavern_agent.runtime.loop import TERMINAL, Engine, ResumeRefused, RunResult
@@ -39,8 +42,6 @@ from tavern_agent.runtime.run import (
     all_runs,
     find_run,
 )
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ToolCatalog
 from tavern_agent.workspace.layout import DataRoot
 
 BASE_URL_ENV = "TAVERN_AGENT_BASE_URL"
@@ -107,10 +108,6 @@ class Progress:
         return _short(data.get("raw", ""), 70)
 
 
-def _catalog() -> ToolCatalog:
-    return ToolCatalog(builtin_registry())
-
-
 def _gateway(
     model: str | None,
     replay: Path | None,
@@ -153,13 +150,6 @@ def _load_inputs(
     return card, books
 
 
-async def _drive(engine: Engine, resume: bool) -> RunResult:
-    try:
-        return await (engine.resume() if resume else engine.start())
-    finally:
-        await engine.gateway.aclose()
-
-
 def _final_message(run: Run, result: RunResult) -> str | None:
     if run.chat is None or result.floor is None:
         return None
@@ -198,6 +188,7 @@ def _final_message(run: Run, result: RunResult) -> str | None:
 )
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True)
 @click.option("--seed", type=int, default=None, help="Seed for dice and activation.")
+@mcp_ask_option
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON, no progress.")
 @click.pass_context
 def run_command(
@@ -215,34 +206,37 @@ def run_command(
     protocol: str,
     api_key_env: str,
     seed: int | None,
+    mcp_ask: str,
     as_json: bool,
 ) -> None:
     """Run an agent on CHAT_FILE (a SillyTavern .jsonl) until it finishes.
 
+    The agent is offered the profile's tools from every source: built-ins,
+    the MCP servers registered in the data dir (``tavern-agent mcp``),
+    Python extension tools (``tavern-agent --ext MODULE run …``) and the
+    tools of pages connected to a running ``tavern-agent serve``.
     Progress shows each round and tool call; the committed message is printed
-    at the end. Ctrl-C cancels cleanly.
+    at the end. Ctrl-C cancels cleanly; --resume RUN continues.
     """
     if model is not None and replay is not None:
         raise click.UsageError("--model and --replay exclude each other")
-    data = DataRoot(ctx.obj["data_dir"])
-    catalog = _catalog()
+    data_dir: Path = ctx.obj["data_dir"]
     console = Console(highlight=False, soft_wrap=True)
+    spec: RunSpec | None = None
+    gateway: ModelGateway | None = None
+    run_dir: Path | None = None
     if resume_id is not None:
         try:
-            run_dir = find_run(data, resume_id)
-            run = Run.open(data, catalog, run_dir)
-        except (RunNotFound, ProfileError) as exc:
+            run_dir = find_run(DataRoot(data_dir), resume_id)
+        except RunNotFound as exc:
             raise click.UsageError(str(exc)) from None
-        gateway, _ = _gateway(
-            model, replay, base_url, protocol, api_key_env, run.record.get("model")
-        )
     else:
         if chat_file is None and session is None:
             raise click.UsageError("give CHAT_FILE, --session NAME or --resume RUN")
         if chat_file is not None and not chat_file.is_file():
             raise click.UsageError(f"no chat file {chat_file}")
         try:
-            profile: Profile = resolve_profile(profile_spec, data.path)
+            profile: Profile = resolve_profile(profile_spec, data_dir)
         except ProfileError as exc:
             raise click.UsageError(str(exc)) from None
         card, books = _load_inputs(character, worlds)
@@ -258,21 +252,48 @@ def run_command(
             task=task,
             model=record,
         )
-        try:
-            run = Run.start(data, catalog, spec)
-        except (ChatFormatError, OSError, ValueError) as exc:
-            raise click.UsageError(str(exc)) from None
-    listeners = () if as_json else (Progress(console, run.run_dir),)
-    engine = Engine(run, gateway, listeners=listeners)
+    approver = approver_for(mcp_ask)
+    holder: dict[str, Any] = {}
+
+    async def drive() -> RunResult:
+        async with await Assembly.open(data_dir, approver=approver) as assembly:
+            if run_dir is not None:
+                try:
+                    run = Run.open(assembly, run_dir)
+                except (RunNotFound, ProfileError) as exc:
+                    raise click.UsageError(str(exc)) from None
+                own, _ = _gateway(
+                    model, replay, base_url, protocol, api_key_env, run.record.get("model")
+                )
+            else:
+                assert spec is not None and gateway is not None
+                try:
+                    run = Run.start(assembly, spec)
+                except (ChatFormatError, OSError, ValueError) as exc:
+                    raise click.UsageError(str(exc)) from None
+                own = gateway
+            listeners = () if as_json else (Progress(console, run.run_dir),)
+            engine = Engine(run, own, listeners=listeners)
+            holder["run"], holder["engine"] = run, engine
+            try:
+                return await (engine.resume() if run_dir is not None else engine.start())
+            finally:
+                await own.aclose()
+
     try:
-        result = asyncio.run(_drive(engine, resume_id is not None))
+        result = asyncio.run(drive())
     except KeyboardInterrupt:
-        engine.close()
-        console.print(f"[yellow]cancelled[/]: resume with --resume {run.id}", style=None)
+        if "engine" in holder:
+            holder["engine"].close()
+            console.print(f"[yellow]cancelled[/]: resume with --resume {holder['run'].id}")
         sys.exit(130)
     except ResumeRefused as exc:
-        engine.close()
+        holder["engine"].close()
         raise click.ClickException(str(exc)) from None
+    finally:
+        if gateway is not None and "engine" not in holder:
+            asyncio.run(gateway.aclose())
+    run, engine = holder["run"], holder["engine"]
     engine.close()
     message = _final_message(run, result)
     if as_json:

@@ -77,7 +77,6 @@ from tavern_agent.runtime.journal import Event, Journal, Listener, read_events
 from tavern_agent.runtime.persist import PersistStore
 from tavern_agent.runtime.prompt import text_turn_reminder
 from tavern_agent.runtime.run import Run
-from tavern_agent.tools.gate import FINISHING_TOOLS
 from tavern_agent.workspace.store import WorkspaceEscape
 
 TERMINAL = {
@@ -460,7 +459,7 @@ class Engine:
         started = time.monotonic()
         if binding is not None and second_handoff:
             result = second_handoff_result(rc, binding)
-        elif binding is not None and binding.tool_id in FINISHING_TOOLS and not is_last:
+        elif binding is not None and binding.tool_id in inv.gate.finishing and not is_last:
             result = after_finish_result(rc, binding)
         else:
             self.journal.append(

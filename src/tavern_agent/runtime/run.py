@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from tavern_agent import run_layout
+from tavern_agent.assembly import Assembly, ChatSource
 from tavern_agent.chat.formats import CharacterCard, ChatFile, WorldBook
-from tavern_agent.chat.mount import prepare_run_mount, sync_floors
 from tavern_agent.chat.repository import FileChatRepository
-from tavern_agent.chat.run_input import ChatRun, ChatRunInput, freeze
+from tavern_agent.chat.run_input import ChatRun, ChatRunInput
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile
@@ -41,11 +41,8 @@ from tavern_agent.runtime.agents import ProfileSource, directory
 from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.persist import PersistBase, PersistStore
 from tavern_agent.runtime.prompt import CARD_FIELDS, chat_material, system_prompt
-from tavern_agent.tools.catalog import ToolCatalog
-from tavern_agent.tools.dispatch import Dispatcher
 from tavern_agent.tools.gate import ToolRequestGate
-from tavern_agent.tools.results import DirectoryResultFiles
-from tavern_agent.tools.snapshot import ToolSnapshot, build_snapshot
+from tavern_agent.tools.snapshot import ToolSnapshot
 from tavern_agent.workspace.layout import DataRoot, chat_workspace_id
 from tavern_agent.workspace.store import Workspace
 
@@ -96,14 +93,17 @@ class Run:
 
     id: str
     run_dir: Path
-    data: DataRoot
-    catalog: ToolCatalog
+    assembly: Assembly
     record: dict[str, Any]
     profile: Profile
     workspace: Workspace
     chat: ChatRun | None
     invocations: list[Invocation] = field(default_factory=list)
     persist_base: PersistBase | None = None
+
+    @property
+    def data(self) -> DataRoot:
+        return self.assembly.data
 
     @property
     def scene(self) -> Scene:
@@ -126,30 +126,22 @@ class Run:
     # ------------------------------------------------------------ creation
 
     @classmethod
-    def start(
-        cls, data: DataRoot, catalog: ToolCatalog, spec: RunSpec, run_id: str | None = None
-    ) -> Run:
+    def start(cls, assembly: Assembly, spec: RunSpec, run_id: str | None = None) -> Run:
         """Freeze the input, build the root invocation's snapshot, write the run record."""
         run_id = run_id or new_run_id()
         profile = spec.profile
+        data = assembly.data
         chat_run: ChatRun | None = None
         chat: ChatFile | None = None
         if spec.chat_file is not None:
-            repo = FileChatRepository(spec.chat_file)
-            chat = repo.load()
-            stable = chat.stable_id(str(spec.chat_file.resolve()))
-            books = list(spec.books)
-            card_book = spec.card.book() if spec.card is not None else None
-            books.extend([card_book] if card_book is not None else [])
-            run_input = freeze(
-                chat, stable, title=spec.chat_file.stem, books=books, rng=random.Random(spec.seed)
+            source = ChatSource(spec.chat_file, spec.books, spec.card, spec.seed)
+            chat_run, chat, run_dir = assembly.chat_run(
+                source,
+                lambda stable: data.chat_run(stable, run_id, profile).root,
+                run_id=run_id,
+                profile_id=profile.id,
             )
-            ws = data.chat_run(stable, run_id, profile, chat_floor_count=run_input.floor_count)
-            run_dir = ws.root
-            sync_floors(chat, data.chat_mount_dir(stable))
-            prepare_run_mount(ws.root, run_input)
-            run_input.save(ws.root)
-            chat_run = ChatRun(repo, run_input, run_id=run_id, profile_id=profile.id)
+            ws = assembly.workspace(run_dir, Scene.CHAT, profile, chat_run)
             scene = Scene.CHAT
         else:
             ws = data.session(spec.session or "default", profile)
@@ -170,16 +162,14 @@ class Run:
             "createdAt": datetime.now(UTC).isoformat(timespec="seconds"),
             "invocations": [],
         }
-        run = cls(run_id, run_dir, data, catalog, record, profile, ws, chat_run)
+        run = cls(run_id, run_dir, assembly, record, profile, ws, chat_run)
         card = _card_fields(spec.card)
         _write_json(run_dir / run_layout.CARD_FILE, card)
         if chat_run is not None:
             store = PersistStore(run.chat_workspace or run_dir)
             run.persist_base = store.checkout(ws.root / "persist")
             _write_json(run_dir / run_layout.PERSIST_FILE, run.persist_base.to_json())
-        snapshot = build_snapshot(
-            catalog, profile, scene, spec.protocol, f"inv_{secrets.token_hex(6)}"
-        )
+        snapshot = assembly.snapshot(profile, scene, spec.protocol)
         snapshot.save(run_dir / run_layout.snapshot_file(snapshot.id))
         system = system_prompt(profile, snapshot, chat.character_name if chat else "")
         listing = directory(ProfileSource(data.path), profile, snapshot)  # R2.4
@@ -223,7 +213,7 @@ class Run:
         inv = Invocation(
             invocation_id,
             snapshot,
-            self.make_gate(snapshot, profile, child=kind == "child"),
+            self.make_gate(invocation_id, snapshot, profile, child=kind == "child"),
             Transcript((UserMessage(user),), system),
             kind,
             revision_of,
@@ -250,7 +240,12 @@ class Run:
         )
 
     def make_gate(
-        self, snapshot: ToolSnapshot, profile: Profile | None = None, *, child: bool = False
+        self,
+        invocation_id: str,
+        snapshot: ToolSnapshot,
+        profile: Profile | None = None,
+        *,
+        child: bool = False,
     ) -> ToolRequestGate:
         """A gate; another agent's ``profile`` sees the same workspace through its own roots."""
         seed = self.record.get("seed")
@@ -259,14 +254,14 @@ class Run:
             workspace = self.data.view(self.workspace, self.scene, profile)
         if child and chat is not None:
             chat = dataclasses.replace(chat, allow_commit=False, profile_id=snapshot.profile_id)
-        return ToolRequestGate(
+        return self.assembly.gate(
             snapshot,
-            Dispatcher(self.catalog),
-            result_files=DirectoryResultFiles(self.workspace.root),
+            invocation_id=invocation_id,
             run_id=self.id,
             rng=random.Random(seed),
             workspace=workspace,
             chat=chat,
+            results_root=self.workspace.root,
         )
 
     def save_record(self) -> None:
@@ -275,13 +270,14 @@ class Run:
     # ------------------------------------------------------------ reopening
 
     @classmethod
-    def open(cls, data: DataRoot, catalog: ToolCatalog, run_dir: Path) -> Run:
+    def open(cls, assembly: Assembly, run_dir: Path) -> Run:
         """A run as recorded; each invocation holds its first prompt, the journal the rest."""
         try:
             record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise RunNotFound(f"{run_dir} is not a run folder (no {RUN_FILE})") from None
         profile = Profile.from_json(record["profile"], f"{run_dir / RUN_FILE}")
+        data = assembly.data
         scene = Scene(record["scene"])
         run_id = record["runId"]
         chat_run: ChatRun | None = None
@@ -293,10 +289,16 @@ class Run:
                 run_input.stable_chat_id, run_id, profile, chat_floor_count=run_input.floor_count
             )
             repo = FileChatRepository(Path(record["chatFile"]))
-            chat_run = ChatRun(repo, run_input, run_id=run_id, profile_id=profile.id)
+            chat_run = ChatRun(
+                repo,
+                run_input,
+                run_id=run_id,
+                profile_id=profile.id,
+                index_dir=data.chat_mount_dir(run_input.stable_chat_id),
+            )
         else:
             ws = data.session(record.get("session") or "default", profile)
-        run = cls(run_id, run_dir, data, catalog, record, profile, ws, chat_run)
+        run = cls(run_id, run_dir, assembly, record, profile, ws, chat_run)
         if (run_dir / run_layout.PERSIST_FILE).exists():
             base = json.loads((run_dir / run_layout.PERSIST_FILE).read_text(encoding="utf-8"))
             run.persist_base = PersistBase(base.get("version"), base["sha"])
@@ -312,7 +314,7 @@ class Run:
                 Invocation(
                     entry["id"],
                     snapshot,
-                    run.make_gate(snapshot, agent, child=kind == "child"),
+                    run.make_gate(entry["id"], snapshot, agent, child=kind == "child"),
                     Transcript((UserMessage(prompt["user"]),), prompt["system"]),
                     kind,
                     entry.get("revisionOf"),

@@ -181,7 +181,7 @@ class ToolCatalog:
         before = {str(t) for t in previous.tools.enabled()} if previous else set()
         problems: list[str] = []
         for tool_id in profile.tools.enabled():
-            if tool_id == TASK_RETURN:
+            if tool_id in self.builtins.child_only:
                 problems.append(
                     f"tools.allow: {tool_id} cannot be listed; delegated children get it"
                 )
@@ -207,18 +207,23 @@ class ToolCatalog:
         """The profile's tools for ``scene`` in allow order, overrides applied (R1.4).
 
         Missing, disabled or out-of-scene tools are skipped with a diagnostic.
-        ``task.return`` is only ever added for a return-mode ``child``, which in
-        turn loses commit, finish, delegate, handoff and await (R2.3).
+        Built-ins flagged ``child_only`` are added only for a delegated
+        ``child``, which in turn loses those flagged ``child_drop``.
         """
         available = self.index(scene)
         chosen: list[ToolDescriptor] = []
         notes: list[str] = []
+        only_children = self.builtins.child_only
         enabled = profile.tools.enabled()
-        if TASK_RETURN in enabled:
-            notes.append(f"{TASK_RETURN} skipped: only delegated child agents get it")
-        enabled = [t for t in enabled if t != TASK_RETURN]
+        notes.extend(
+            f"{t} skipped: only delegated child agents get it"
+            for t in enabled
+            if t in only_children
+        )
+        enabled = [t for t in enabled if t not in only_children]
         if child:
-            enabled = [t for t in enabled if t not in CHILD_DROPS] + [TASK_RETURN]
+            drops = self.builtins.child_drops
+            enabled = [t for t in enabled if t not in drops] + sorted(only_children, key=str)
         for tool_id in enabled:
             descriptor = available.get(tool_id)
             if descriptor is None:
@@ -257,20 +262,6 @@ def _apply_override(
     return replace(
         descriptor, description=description or descriptor.description, parameters=params
     ), notes
-
-
-TASK_RETURN = ToolId.builtin("task.return")
-# A return-mode child never publishes, finishes the run, delegates or hands off (R2.3).
-CHILD_DROPS = frozenset(
-    ToolId.builtin(n)
-    for n in (
-        "workspace.commit",
-        "workspace.finish",
-        "agent.delegate",
-        "agent.handoff",
-        "agent.await",
-    )
-)
 
 
 def tool_ids(descriptors: Iterable[ToolDescriptor]) -> list[ToolId]:

@@ -40,9 +40,6 @@ if TYPE_CHECKING:
     from tavern_agent.workspace.read_state import ReadState
     from tavern_agent.workspace.store import Workspace
 
-FINISHING_TOOLS = frozenset(
-    ToolId.builtin(n) for n in ("workspace.finish", "task.return", "agent.handoff")
-)
 _NAME_PREVIEW = 80
 
 
@@ -56,6 +53,7 @@ class ToolRequestGate:
         *,
         result_files: ResultFiles | None = None,
         run_id: str = "",
+        invocation_id: str | None = None,
         rng: random.Random | None = None,
         workspace: Workspace | None = None,
         chat: ChatRun | None = None,
@@ -63,6 +61,7 @@ class ToolRequestGate:
         self.snapshot = snapshot
         self.dispatcher = dispatcher
         self.run_id = run_id
+        self.invocation_id = invocation_id or snapshot.id
         self.rng = rng or random.Random()
         self.long_results = LongResultStep(result_files)
         self.calls_used = 0
@@ -72,6 +71,8 @@ class ToolRequestGate:
         self.cancelled = asyncio.Event()  # the invocation's cancel signal, unless a call brings one
         self.chat = chat
         self.reads: dict[str, ReadState] = {}  # the invocation's read state, by path
+        # Tools that end the caller's work still run once the budget is spent.
+        self.finishing = dispatcher.catalog.builtins.finishing
 
     # ------------------------------------------------------------ state
 
@@ -91,10 +92,6 @@ class ToolRequestGate:
         self.calls_refused = int(state.get("callsRefused", 0))
         self.per_tool = Counter({ToolId.parse(k): int(v) for k, v in state["perTool"].items()})
 
-    @property
-    def calls_left(self) -> int:
-        return max(self.snapshot.max_calls_per_invocation - self.calls_used, 0)
-
     # ------------------------------------------------------------ the gate
 
     async def handle(
@@ -105,7 +102,7 @@ class ToolRequestGate:
         binding = snap.by_name(call.name) if isinstance(call.name, str) else None
         # 1. budget
         if self.calls_used >= snap.max_calls_per_invocation:
-            if binding is None or binding.tool_id not in FINISHING_TOOLS:
+            if binding is None or binding.tool_id not in self.finishing:
                 self.calls_refused += 1
                 return self._refuse(call, binding, self._budget_spent())
         else:
@@ -140,7 +137,7 @@ class ToolRequestGate:
         # 6. dispatch
         ctx = CallContext(
             run_id=self.run_id,
-            invocation_id=snap.id,
+            invocation_id=self.invocation_id,
             call_id=call.call_id,
             round=round,
             scene=snap.scene,
@@ -166,7 +163,7 @@ class ToolRequestGate:
         return ExecutedCall(_result(call, binding, outcome))
 
     def _finishing_names(self) -> list[str]:
-        return [b.model_name for b in self.snapshot.bindings if b.tool_id in FINISHING_TOOLS]
+        return [b.model_name for b in self.snapshot.bindings if b.tool_id in self.finishing]
 
     def _budget_spent(self) -> ToolOutcome:
         limit = self.snapshot.max_calls_per_invocation

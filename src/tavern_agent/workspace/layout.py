@@ -67,27 +67,35 @@ class DataRoot:
     ) -> Workspace:
         """A chat run's workspace; ``chat_floor_count`` is its frozen input length."""
         root = self.path / "chats" / chat_workspace_id(stable_chat_id) / "runs"
-        ws = self._open(root / _checked_id("run id", run_id), Scene.CHAT, profile)
+        ws = self.workspace_at(root / _checked_id("run id", run_id), Scene.CHAT, profile)
         ws.chat_floors_dir = self.chat_mount_dir(stable_chat_id) / "floors"
         ws.chat_floor_count = chat_floor_count
         return ws
 
     def session(self, session_id: str, profile: Profile) -> Workspace:
         root = self.path / "sessions" / _checked_id("session id", session_id)
-        return self._open(root, Scene.SESSION, profile)
+        return self.workspace_at(root, Scene.SESSION, profile)
 
     def view(self, workspace: Workspace, scene: Scene, profile: Profile) -> Workspace:
         """The same workspace folder as another agent's ``profile`` sees it (its own roots)."""
-        view = self._open(workspace.root, scene, profile)
+        view = self.workspace_at(workspace.root, scene, profile)
         view.chat_floors_dir = workspace.chat_floors_dir
         view.chat_floor_count = workspace.chat_floor_count
         return view
 
-    def _open(self, root: Path, scene: Scene, profile: Profile) -> Workspace:
+    def workspace_at(
+        self, root: Path, scene: Scene, profile: Profile, *, chat: bool = True
+    ) -> Workspace:
+        """The workspace folder ``root`` with ``profile``'s roots and skills.
+
+        The chat mount appears when the profile has a chat tool, unless
+        ``chat`` is false (the work has no chat).
+        """
         visible = frozenset(s.folder for s in self.skills(profile))
+        mount = chat and allows_chat_tool(profile)
         return Workspace(
             root,
-            RootPolicy.for_scene(scene, profile.workspace, chat_mount=allows_chat_tool(profile)),
+            RootPolicy.for_scene(scene, profile.workspace, chat_mount=mount),
             skills_dir=self.skills_dir,
             visible_skills=visible,
         )

@@ -52,6 +52,7 @@ _STR = {"type": "string"}
         "required": ["agentId", "task"],
         "additionalProperties": False,
     },
+    child_drop=True,
 )
 async def DELEGATE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     return ToolOutcome("", effect=DelegateRequested(args["agentId"], dict(args["task"])))
@@ -72,6 +73,7 @@ async def DELEGATE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
         "required": ["mode"],
         "additionalProperties": False,
     },
+    child_drop=True,
 )
 async def AWAIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     ids = args.get("taskIds")
@@ -109,6 +111,7 @@ async def AWAIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
         "additionalProperties": False,
     },
     finishing=True,
+    child_drop=True,
 )
 async def HANDOFF(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     return ToolOutcome("", effect=HandoffAccepted(args["agentId"], dict(args["handoff"])))
@@ -144,6 +147,7 @@ _LIST = {"type": "array", "items": _STR}
         "additionalProperties": False,
     },
     finishing=True,
+    child_only=True,
 )
 async def TASK_RETURN(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     return ToolOutcome("", effect=TaskReturned(dict(args)))

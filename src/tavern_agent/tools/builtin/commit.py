@@ -37,6 +37,7 @@ FINISH_TOOL = "builtin:workspace.finish"
         "additionalProperties": False,
     },
     scenes=CHAT_ONLY,
+    child_drop=True,
 )
 async def COMMIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     if ctx.chat is None or not ctx.chat.allow_commit:

@@ -26,6 +26,7 @@ from tavern_agent.tools.context import CallContext
     },
     scenes=CHAT_ONLY,
     finishing=True,
+    child_drop=True,
 )
 async def FINISH(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     reason = args.get("reason")

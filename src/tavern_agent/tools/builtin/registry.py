@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,14 +21,24 @@ class BuiltinTool:
 
     ``run`` receives a confirmed argument object that already fits the
     schema; it returns a :class:`ToolOutcome` or raises ``ToolFailure`` for a
-    recoverable error. ``spills`` sends large output through the shared
-    long-result step; ``finishing`` marks tools that end a turn.
+    recoverable error. The flags are the tool's rules, read by the catalog,
+    the gate and the run loop (nothing else lists built-in ids):
+
+    - ``spills``: large output goes through the shared long-result step;
+    - ``finishing``: it ends the caller's work, so it must be the last call
+      of its turn, and it still runs after the call budget is spent;
+    - ``child_drop``: a delegated child agent never gets it (it must not
+      publish, finish the run, delegate, await or hand off);
+    - ``child_only``: only a delegated child gets it (added to its snapshot;
+      a profile cannot list it).
     """
 
     descriptor: ToolDescriptor
     run: Run
     spills: bool = False
     finishing: bool = False
+    child_drop: bool = False
+    child_only: bool = False
 
     @property
     def tool_id(self) -> ToolId:
@@ -42,12 +53,14 @@ def builtin_tool(
     scenes: frozenset[Scene] = ALL_SCENES,
     spills: bool = False,
     finishing: bool = False,
+    child_drop: bool = False,
+    child_only: bool = False,
 ) -> Callable[[Run], BuiltinTool]:
     """Decorator turning an ``async def run(args, ctx)`` into a :class:`BuiltinTool`."""
 
     def wrap(run: Run) -> BuiltinTool:
         descriptor = ToolDescriptor(ToolId.builtin(name), description, parameters, scenes)
-        return BuiltinTool(descriptor, run, spills, finishing)
+        return BuiltinTool(descriptor, run, spills, finishing, child_drop, child_only)
 
     return wrap
 
@@ -64,12 +77,27 @@ class BuiltinRegistry:
         if tool.tool_id in self._tools:
             raise ValueError(f"built-in tool {tool.tool_id} is registered twice")
         self._tools[tool.tool_id] = tool
+        for cached in ("finishing", "child_drops", "child_only"):
+            self.__dict__.pop(cached, None)
 
     def get(self, tool_id: ToolId) -> BuiltinTool | None:
         return self._tools.get(tool_id)
 
     def descriptors(self, scene: Scene) -> list[ToolDescriptor]:
         return [t.descriptor for t in self._tools.values() if t.descriptor.serves(scene)]
+
+    @functools.cached_property
+    def finishing(self) -> frozenset[ToolId]:
+        """Tools that end the caller's work (see :class:`BuiltinTool`)."""
+        return frozenset(t.tool_id for t in self._tools.values() if t.finishing)
+
+    @functools.cached_property
+    def child_drops(self) -> frozenset[ToolId]:
+        return frozenset(t.tool_id for t in self._tools.values() if t.child_drop)
+
+    @functools.cached_property
+    def child_only(self) -> frozenset[ToolId]:
+        return frozenset(t.tool_id for t in self._tools.values() if t.child_only)
 
     def __iter__(self) -> Iterator[BuiltinTool]:
         return iter(self._tools.values())

@@ -1,0 +1,260 @@
+"""One assembly: how every entry point builds what an invocation needs.
+
+``tavern-agent call``, ``run``, ``run --resume``, delegated children, tests
+and benchmarks all get their tool catalog, snapshots, gates, workspaces and
+chat runs from an :class:`Assembly`, so a tool source or a rule added here
+reaches every one of them. Nothing else constructs a ``ToolCatalog``, builds a
+snapshot or a ``ToolRequestGate``.
+
+::
+
+    async with await Assembly.open(data_dir, approver=policy_approver("decline")) as asm:
+        profile = asm.everything(Scene.CHAT)
+        snapshot = asm.snapshot(profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT)
+        gate = asm.gate(snapshot, workspace=asm.workspace(root, Scene.CHAT, profile))
+        executed = await gate.handle(call)
+
+The three tool sources: the built-ins; the MCP servers registered under the
+data root (their cached discovery and permissions); extension tools, which
+are the Python functions on the extension registry (``--ext MODULE`` imports
+modules that register them) plus the tools of the pages connected to a
+``tavern-agent serve`` host on the same data root, found through the host's
+files without extra flags. A source that is missing is simply not there: its
+tools are not offered, and a call to one recorded earlier gets an
+"unavailable" result.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Self
+
+from tavern_agent.chat.formats import CharacterCard, ChatFile, WorldBook
+from tavern_agent.chat.mount import prepare_run_mount, sync_floors
+from tavern_agent.chat.repository import FileChatRepository
+from tavern_agent.chat.run_input import ChatRun, freeze
+from tavern_agent.core.descriptors import Scene
+from tavern_agent.core.ids import ToolId, ToolKind
+from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.core.profile import Profile
+from tavern_agent.extensions.python import ExtensionRegistry, registry
+from tavern_agent.extensions.remote import CombinedExtensionTools, HostFiles, RemoteExtensionTools
+from tavern_agent.mcp import has_registrations
+from tavern_agent.mcp.approval import Approver
+from tavern_agent.tools.builtin import builtin_registry
+from tavern_agent.tools.builtin.registry import BuiltinRegistry
+from tavern_agent.tools.catalog import ExtensionTools, McpCatalog, ToolCatalog
+from tavern_agent.tools.dispatch import Dispatcher
+from tavern_agent.tools.gate import ToolRequestGate
+from tavern_agent.tools.results import DirectoryResultFiles
+from tavern_agent.tools.snapshot import ToolSnapshot, build_snapshot
+from tavern_agent.workspace.layout import DataRoot
+from tavern_agent.workspace.store import Workspace
+
+if TYPE_CHECKING:
+    from tavern_agent.chat.activation import ActivationSettings
+
+log = logging.getLogger(__name__)
+Closer = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatSource:
+    """The chat a run or a call works on, as the user gave it.
+
+    ``books`` are the world info files to activate; a ``card``'s embedded
+    lorebook is activated too. ``seed`` makes activation's random choices
+    repeatable; ``settings`` are the world info settings (defaults if ``None``).
+    """
+
+    chat_file: Path
+    books: tuple[WorldBook, ...] = ()
+    card: CharacterCard | None = None
+    seed: int | None = None
+    settings: ActivationSettings | None = None
+
+
+class Assembly:
+    """The tool sources of one data root, and the one way to build invocations on them."""
+
+    def __init__(
+        self,
+        data: DataRoot | Path,
+        *,
+        builtins: BuiltinRegistry | None = None,
+        mcp: McpCatalog | None = None,
+        extensions: ExtensionTools | None = None,
+        closers: tuple[Closer, ...] = (),
+    ) -> None:
+        self.data = data if isinstance(data, DataRoot) else DataRoot(data)
+        self.catalog = ToolCatalog(builtins or builtin_registry(), mcp=mcp, extensions=extensions)
+        self._closers = closers
+
+    # ------------------------------------------------------------ sources
+
+    @classmethod
+    async def open(
+        cls,
+        data_dir: Path,
+        *,
+        approver: Approver | None = None,
+        pages: bool = True,
+        python_tools: ExtensionRegistry | None = None,
+    ) -> Assembly:
+        """Every tool source of ``data_dir``, connected (call :meth:`aclose` when done).
+
+        ``approver`` answers MCP tools whose permission is ``ask`` (default:
+        decline at once, so nothing waits). ``pages=False`` leaves out a
+        running ``serve`` host's pages. ``python_tools`` defaults to the
+        process-wide extension registry that ``--ext`` modules register on.
+        """
+        closers: list[Closer] = []
+        mcp: McpCatalog | None = None
+        if has_registrations(data_dir):
+            from tavern_agent.mcp.manager import McpManager  # the SDK is slow to import
+
+            manager = McpManager(data_dir, approver=approver)
+            mcp = manager
+            closers.append(manager.aclose)
+        remote = None
+        if pages and HostFiles(data_dir).read() is not None:
+            remote = await RemoteExtensionTools.from_data_dir(data_dir)
+        local = python_tools if python_tools is not None else registry
+        if remote is not None:
+            closers.append(remote.aclose)
+            extensions = CombinedExtensionTools(local, remote)
+        else:
+            extensions = CombinedExtensionTools(local)
+        return cls(data_dir, mcp=mcp, extensions=extensions, closers=tuple(closers))
+
+    async def aclose(self) -> None:
+        """Disconnect the sources :meth:`open` connected (stdio MCP servers are stopped)."""
+        closers, self._closers = self._closers, ()
+        for close in reversed(closers):
+            try:
+                await close()
+            except Exception as exc:  # closing one source must not keep the others open
+                log.warning("closing a tool source failed: %s", exc)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def origin(self, tool_id: ToolId) -> str | None:
+        """Who registered an extension tool (a module or a page), for listings."""
+        source = self.catalog.extensions
+        if tool_id.kind is not ToolKind.EXTENSION or source is None:
+            return None
+        origin = getattr(source, "origin", None)
+        return origin(tool_id) if callable(origin) else None
+
+    # ------------------------------------------------------------ invocations
+
+    def everything(self, scene: Scene) -> Profile:
+        """A profile allowing every tool the catalog has for ``scene``."""
+        return Profile.allowing([d.tool_id for d in self.catalog.descriptors(scene)])
+
+    def snapshot(
+        self,
+        profile: Profile,
+        scene: Scene,
+        protocol: ModelProtocol = ModelProtocol.OPENAI_CHAT,
+        snapshot_id: str | None = None,
+        *,
+        child: bool = False,
+    ) -> ToolSnapshot:
+        """Freeze a new invocation's tool set; ``child``: a delegated child agent's."""
+        snapshot_id = snapshot_id or f"inv_{secrets.token_hex(6)}"
+        return build_snapshot(self.catalog, profile, scene, protocol, snapshot_id, child=child)
+
+    def gate(
+        self,
+        snapshot: ToolSnapshot,
+        *,
+        invocation_id: str | None = None,
+        run_id: str = "",
+        workspace: Workspace | None = None,
+        chat: ChatRun | None = None,
+        rng: random.Random | None = None,
+        results_root: Path | None = None,
+    ) -> ToolRequestGate:
+        """The gate of one invocation (its own budget, read state and result files).
+
+        ``invocation_id`` defaults to the snapshot's id (a root invocation's
+        are equal; a revision reuses its root's snapshot under a new id).
+        Spilled results go under ``results_root``, else the workspace root.
+        """
+        root = results_root or (workspace.root if workspace is not None else None)
+        return ToolRequestGate(
+            snapshot,
+            Dispatcher(self.catalog),
+            result_files=None if root is None else DirectoryResultFiles(root),
+            run_id=run_id,
+            invocation_id=invocation_id,
+            rng=rng,
+            workspace=workspace,
+            chat=chat,
+        )
+
+    def workspace(
+        self, root: Path, scene: Scene, profile: Profile, chat: ChatRun | None = None
+    ) -> Workspace:
+        """A workspace folder as ``profile`` sees it; with ``chat``, its chat mount too."""
+        ws = self.data.workspace_at(root, scene, profile, chat=chat is not None)
+        if chat is not None:
+            ws.chat_floors_dir = self.data.chat_mount_dir(chat.input.stable_chat_id) / "floors"
+            ws.chat_floor_count = chat.floor_count
+        return ws
+
+    def chat_run(
+        self,
+        source: ChatSource,
+        run_root: Path | Callable[[str], Path],
+        *,
+        run_id: str,
+        profile_id: str,
+    ) -> tuple[ChatRun, ChatFile, Path]:
+        """Freeze the chat as it is now for a run (or a call) working in ``run_root``.
+
+        ``run_root`` may be a function of the chat's stable id (a run's folder
+        lives under its chat's workspace). Loads the chat, activates world
+        info, brings the chat workspace's shared floor mount up to date (its
+        saved search index is reused), and writes the frozen input into the
+        run root. Raises ``ChatFormatError`` / ``OSError`` for a chat that
+        cannot be read. Returns the chat run, the chat and the run root.
+        """
+        repo = FileChatRepository(source.chat_file)
+        chat = repo.load()
+        stable = chat.stable_id(str(source.chat_file.resolve()))
+        if callable(run_root):
+            run_root = run_root(stable)
+        books = list(source.books)
+        card_book = source.card.book() if source.card is not None else None
+        books.extend([card_book] if card_book is not None else [])
+        run_input = freeze(
+            chat,
+            stable,
+            title=source.chat_file.stem,
+            books=books,
+            settings=source.settings,
+            rng=random.Random(source.seed),
+        )
+        mount = self.data.chat_mount_dir(stable)
+        sync_floors(chat, mount)
+        prepare_run_mount(run_root, run_input)
+        run_input.save(run_root)
+        chat_run = ChatRun(repo, run_input, run_id=run_id, profile_id=profile_id, index_dir=mount)
+        return chat_run, chat, run_root
