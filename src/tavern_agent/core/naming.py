@@ -146,10 +146,19 @@ def base_model_name(descriptor: ToolDescriptor, rule: NameRule) -> str:
             name = f"mcp__{server[:MCP_SERVER_SEGMENT_CHARS]}__{tool}"
     else:
         name = tool
+    return fit_name(name, rule, str(tool_id))
+
+
+def fit_name(name: str, rule: NameRule, key: str) -> str:
+    """``name`` with a first character ``rule`` allows, shortened to its length limit.
+
+    A shortened name ends in ``_`` and a short hash of ``key``, so two long
+    names that share a prefix stay apart.
+    """
     if not re.match(f"[{rule.first}]", name):
         name = "_" + name
     if len(name) > rule.max_chars:
-        name = name[: rule.max_chars - _HASH_CHARS - 1] + "_" + _short_hash(str(tool_id))
+        name = name[: rule.max_chars - _HASH_CHARS - 1] + "_" + _short_hash(key)
     return name
 
 

@@ -66,7 +66,7 @@ class AnthropicCodec(RequestBuilder):
             {
                 "name": b.model_name,
                 "description": b.descriptor.description,
-                "input_schema": {"type": "object", **wire_schema(b, self.protocol)},
+                "input_schema": {"type": "object", **wire_schema(b)},
             }
             for b in snapshot.bindings
         ]

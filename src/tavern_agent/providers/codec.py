@@ -11,16 +11,15 @@ reason and the transcript keeps the raw text.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from tavern_agent.core.arguments import MISSING, parse_arguments, replay_arguments
 from tavern_agent.core.calls import ToolCall
-from tavern_agent.core.naming import NAME_RULES, ModelProtocol, normalize_segment
+from tavern_agent.core.naming import NAME_RULES, ModelProtocol, fit_name, normalize_segment
 from tavern_agent.core.results import AgentToolResult
-from tavern_agent.core.schema_adapt import NotStrictCompatible, adapt_parameters, openai_strict
+from tavern_agent.core.schema_adapt import NotStrictCompatible, openai_strict
 from tavern_agent.providers.ids import CallIdMap
 from tavern_agent.providers.repair import RepairedHistory
 from tavern_agent.providers.transcript import DecodedResponse, RecordedCall, Transcript
@@ -147,9 +146,9 @@ def check_protocol(snapshot: ToolSnapshot, protocol: ModelProtocol) -> None:
         )
 
 
-def wire_schema(binding: ToolBinding, protocol: ModelProtocol) -> dict[str, Any]:
-    """The binding's parameter schema for ``protocol``, as a fresh dict."""
-    return dict(adapt_parameters(binding.parameters, protocol) or {"type": "object"})
+def wire_schema(binding: ToolBinding) -> dict[str, Any]:
+    """The binding's parameter schema as the snapshot's protocol receives it, as a fresh dict."""
+    return dict(binding.protocol_parameters or {"type": "object"})
 
 
 def strict_schema(binding: ToolBinding) -> dict[str, Any] | None:
@@ -189,13 +188,7 @@ def replay_name(call: RecordedCall, result: AgentToolResult, snapshot: ToolSnaps
     name = call.name if isinstance(call.name, str) else str(call.name)
     if rule.accepts(name):
         return name
-    fixed = normalize_segment(name, rule)
-    if not re.match(f"[{rule.first}]", fixed):
-        fixed = "_" + fixed
-    if len(fixed) > rule.max_chars:
-        digest = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-        fixed = fixed[: rule.max_chars - 9] + "_" + digest
-    return fixed
+    return fit_name(normalize_segment(name, rule), rule, name)
 
 
 def result_text(result: AgentToolResult) -> str:

@@ -78,7 +78,7 @@ class GeminiCodec(RequestBuilder):
                 "name": b.model_name,
                 "description": b.descriptor.description,
             }
-            schema = wire_schema(b, self.protocol)
+            schema = wire_schema(b)
             if schema.get("properties"):  # an empty OBJECT is refused; leave it out
                 declaration["parameters"] = schema
             declarations.append(declaration)

@@ -82,7 +82,7 @@ class OpenAIChatCodec(RequestBuilder):
                 function["parameters"] = strict_form
                 function["strict"] = True
             else:
-                function["parameters"] = wire_schema(b, self.protocol)
+                function["parameters"] = wire_schema(b)
             tools.append({"type": "function", "function": function})
         named = resolve_choice(snapshot, choice)
         tool_choice: Any = (

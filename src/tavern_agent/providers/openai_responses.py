@@ -67,7 +67,7 @@ class OpenAIResponsesCodec(RequestBuilder):
                     "type": "function",
                     "name": b.model_name,
                     "description": b.descriptor.description,
-                    "parameters": strict_form or wire_schema(b, self.protocol),
+                    "parameters": strict_form or wire_schema(b),
                     "strict": strict_form is not None,
                 }
             )
