@@ -159,7 +159,7 @@ def tools_list(
 
 
 def listing_json(snap: ToolSnapshot) -> dict[str, Any]:
-    """The tool-listing API (R2.5): the snapshot's bindings as the model sees them."""
+    """The tool-listing API: the snapshot's bindings as the model sees them."""
     return {
         "protocol": snap.protocol.value,
         "scene": snap.scene.value,

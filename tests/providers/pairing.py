@@ -1,7 +1,8 @@
 """Protocol-level checks of an encoded history: each call has exactly one result.
 
-Written from each provider's pairing rules (shared/spec/provider-protocols.md
-§3); the hypothesis test and the cross-protocol replay test use it.
+Written from each provider's pairing rules (every tool call answered by exactly
+one result, in the place its API reference requires); the hypothesis test and
+the cross-protocol replay test use it.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each run is a real child process; the harness watches its journal and sends
 SIGKILL once it holds a randomly chosen number of events, so kills land
 between or inside steps (a model request, a tool call, a commit, the finish).
 The scripted model acts on its results (it redoes a write or commit whose
-outcome it was told is unknown), as the R5.4 reminder asks a model to.
+outcome it was told is unknown), as the "outcome unknown" result asks a model to.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""apply_patch: the ten ordered checks of tauritavern-context §3."""
+"""apply_patch: its ten ordered checks, each refusal with its own message."""
 
 from __future__ import annotations
 

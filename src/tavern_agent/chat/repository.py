@@ -1,6 +1,6 @@
 """The ``ChatRepository`` port and its adapter for SillyTavern chat files on disk.
 
-Applying a commit (R5.6) appends the run's assistant message, or replaces /
+Applying a commit appends the run's assistant message, or replaces /
 appends to the message this run already created (found by
 ``extra.agent.runId``). The write is atomic: the new file goes to a temporary
 file beside the chat, is fsynced and renamed over it, so a crash at any point

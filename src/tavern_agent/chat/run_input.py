@@ -1,7 +1,7 @@
 """A chat run's frozen input and the chat object its tools use.
 
 When a run starts, :func:`freeze` records how many floors the chat had (the
-run sees floors ``0 … N-1``, R2.1) and which world info entries were active;
+run sees floors ``0 … N-1``) and which world info entries were active;
 :meth:`ChatRunInput.save` / :meth:`ChatRunInput.load` keep that in the run's
 ``input/`` folder so a resumed run sees the same. The chat itself is not
 copied: tools read the chat file, limited to the first N floors.

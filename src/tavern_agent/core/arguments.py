@@ -1,4 +1,4 @@
-"""``ToolArguments``: the one place where wire arguments become an argument set (R3).
+"""``ToolArguments``: the one place where wire arguments become an argument set.
 
 Providers send arguments as a JSON object, as a JSON string encoding one, and
 sometimes as a string of a string (double encoded). "No arguments" has many
@@ -34,10 +34,6 @@ class ToolArguments:
     """A confirmed argument object. Tools only ever receive one of these."""
 
     values: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.values
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,5 +129,5 @@ def parse_arguments(wire: Any = MISSING) -> ToolArguments | InvalidArguments:
 
 
 def replay_arguments(parsed: ToolArguments | InvalidArguments) -> dict[str, Any]:
-    """Arguments to send back in history (R3.4): the object, or ``{}`` when invalid."""
+    """Arguments to send back in history: the object, or ``{}`` when invalid."""
     return parsed.values if isinstance(parsed, ToolArguments) else {}

@@ -1,4 +1,4 @@
-"""``ToolDescriptor``: what a tool is, independent of any model protocol (R2.5)."""
+"""``ToolDescriptor``: what a tool is, independent of any model protocol."""
 
 from __future__ import annotations
 

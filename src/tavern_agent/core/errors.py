@@ -1,6 +1,6 @@
 """Every error code of the tool system, in one table.
 
-A *recoverable* code is a tool result the model can act on (R5.5); a fatal code
+A *recoverable* code is a tool result the model can act on; a fatal code
 ends the Run. Codes are stable strings grouped by family; add new ones here and
 nowhere else.
 """
@@ -24,7 +24,7 @@ class ErrorCode(StrEnum):
     AGENT_TOOL_BUDGET_EXHAUSTED = "agent.tool_budget_exhausted"
     AGENT_TOOL_AFTER_FINISH = "agent.tool_after_finish"
     AGENT_FOREGROUND_COMMIT_REQUIRED = "agent.foreground_commit_required"
-    # agent: delegation, tasks and handoff (tauritavern-context §6)
+    # agent: delegation, tasks and handoff
     AGENT_DELEGATION_POLICY_DENIED = "agent.delegation_policy_denied"
     AGENT_DELEGATION_BUDGET_EXHAUSTED = "agent.delegation_budget_exhausted"
     AGENT_TARGET_PROFILE_NOT_FOUND = "agent.target_profile_not_found"
@@ -255,7 +255,3 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
     ),
     ErrorCode.DICE_INVALID_FORMULA: ErrorInfo(True, "The dice formula is not allowed."),
 }
-
-
-def is_recoverable(code: ErrorCode) -> bool:
-    return ERRORS[code].recoverable

@@ -1,4 +1,4 @@
-"""``ToolId``: the stable key of every tool (R1.1).
+"""``ToolId``: the stable key of every tool.
 
 Three forms exist::
 

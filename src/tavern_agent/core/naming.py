@@ -1,4 +1,4 @@
-"""Model-facing tool names: each protocol's rule, in one table, and name assignment (R1.3).
+"""Model-facing tool names: each protocol's rule, in one table, and name assignment.
 
 Built-in tools keep fixed names (``builtin:workspace.read_file`` →
 ``workspace_read_file``). Extension tools use their registered name and MCP
@@ -50,7 +50,7 @@ class NameRule:
         return self.pattern.fullmatch(name) is not None
 
 
-# Each row cites where the rule comes from (details: shared/spec/provider-protocols.md §1).
+# Each row cites where the rule comes from (the provider's API reference for tool names).
 NAME_RULES: dict[ModelProtocol, NameRule] = {
     ModelProtocol.OPENAI_CHAT: NameRule(
         "A-Za-z0-9_-",

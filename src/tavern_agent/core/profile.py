@@ -1,7 +1,7 @@
 """Profiles: which tools an agent may use, its budgets and description overrides.
 
 Profiles are JSON files (camelCase keys). Tool settings use ToolIds, never
-model-facing names (R1.1). ``tools.allow`` is ordered: it is the order in
+model-facing names. ``tools.allow`` is ordered: it is the order in
 which tools are shown to the model; ``tools.deny`` wins over ``allow``.
 """
 
@@ -21,7 +21,7 @@ from tavern_agent.core.ids import InvalidToolId, ToolId
 DEFAULT_MAX_CALLS = 80
 DEFAULT_MAX_ROUNDS = 80
 DEFAULT_INLINE_CHAR_LIMIT = 50_000
-NEW_PROFILE_TOOLS = ("builtin:workspace.shell",)  # R1.7
+NEW_PROFILE_TOOLS = ("builtin:workspace.shell",)
 BUILTIN_PROFILE_IDS = ("default-writer",)
 
 
@@ -134,7 +134,7 @@ class PromptSettings(_Model):
 
 
 class DelegationSettings(_Model):
-    """How this agent works with others (tauritavern-context §6).
+    """How this agent works with others.
 
     ``can_delegate``/``can_handoff``: may this agent use the delegate/handoff tools
     (its tool list must also enable them). ``callable``: may other agents call it at
@@ -188,7 +188,7 @@ class Profile(_Model):
 
     @classmethod
     def new(cls, profile_id: str, name: str | None = None) -> Profile:
-        """A fresh profile; like every new profile it enables the shell (R1.7)."""
+        """A fresh profile; like every new profile it enables the shell."""
         return cls(
             id=profile_id, name=name or profile_id, tools=ToolSelection(allow=NEW_PROFILE_TOOLS)
         )

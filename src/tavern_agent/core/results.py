@@ -1,4 +1,4 @@
-"""Results and effects of a tool call (R5.1, R8.1).
+"""Results and effects of a tool call.
 
 A tool returns a :class:`ToolOutcome`: text for the model, structured data for
 the record, and at most one typed :data:`AgentToolEffect` that the runtime
@@ -131,7 +131,7 @@ class ToolFailure(Exception):
 
 @dataclass(frozen=True, slots=True)
 class AgentToolResult:
-    """One call's result as recorded and fed to the next turn (R5.1).
+    """One call's result as recorded and fed to the next turn.
 
     The model reads ``content`` only; ``structured`` stays in the record.
     ``tool_id`` is ``None`` when the called name matched nothing.

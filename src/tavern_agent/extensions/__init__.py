@@ -1,4 +1,4 @@
-"""Extension tools (R7): plain functions registered by Python code and by web pages.
+"""Extension tools: plain functions registered by Python code and by web pages.
 
 * :class:`ExtensionRegistry` / :data:`registry` — Python functions, ``@registry.tool(...)``;
 * :class:`ExtensionHost` — the WebSocket host pages register tools with (``tavern-agent serve``);

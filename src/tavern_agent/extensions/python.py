@@ -1,4 +1,4 @@
-"""Python extension tools: plain functions registered with ``registry.tool(...)`` (R7.1).
+"""Python extension tools: plain functions registered with ``registry.tool(...)``.
 
 ::
 

@@ -1,4 +1,4 @@
-"""The MCP manager (R6.1): owns servers, discovers their catalogs, holds call permissions.
+"""The MCP manager: owns servers, discovers their catalogs, holds call permissions.
 
 It is the :class:`~tavern_agent.tools.catalog.McpCatalog` port: ``catalog``
 offers active servers' ``allow``/``ask`` tools from the cached discovery;
@@ -188,7 +188,7 @@ class McpManager:
             raise LookupError(f"{tool_id} is not an MCP tool")
         name = context.snapshot.name_of(tool_id) or tool_id.name
         not_sent = "The call was not sent"
-        # The permission check, right before sending (R6.1): reload the registration.
+        # The permission check, right before sending: reload the registration.
         try:
             reg = self.store.get(tool_id.source)
         except RegistrationError as exc:

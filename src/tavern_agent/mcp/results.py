@@ -1,4 +1,4 @@
-"""An MCP ``CallToolResult`` as an :class:`ExternalReceipt` (R7.3).
+"""An MCP ``CallToolResult`` as an :class:`ExternalReceipt`.
 
 Text blocks in order; ``structured_content`` kept as structured data and
 rendered briefly under "Details" unless the text already says the same;

@@ -1,4 +1,4 @@
-"""Model protocol codecs: tools out, calls in, history back (R1.3, R3.4, R5.1, R5.4).
+"""Model protocol codecs: tools out, calls in, history back.
 
 ``transcript`` is the provider-neutral record; ``repair`` pairs every call with
 exactly one result; ``ids`` keeps call ids valid per protocol; one module per

@@ -3,7 +3,7 @@
 A codec encodes the snapshot's tools and a tool choice, decodes a response
 (whole or streamed) into a :class:`DecodedResponse`, and encodes a repaired
 transcript as that protocol's history. Arguments are replayed through
-:func:`~tavern_agent.core.arguments.replay_arguments` only (R3.4): a valid
+:func:`~tavern_agent.core.arguments.replay_arguments` only: a valid
 object as it was, an invalid one as ``{}``; the paired error result carries the
 reason and the transcript keeps the raw text.
 """

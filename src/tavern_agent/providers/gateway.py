@@ -239,14 +239,6 @@ async def sse_data(response: httpx.Response) -> AsyncIterator[str]:
         yield "\n".join(data)
 
 
-async def sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """The JSON ``data:`` payloads of a server-sent event stream (``[DONE]`` ends it)."""
-    async for text in sse_data(response):
-        if text.strip() == "[DONE]":
-            return
-        yield json.loads(text)
-
-
 def stream_error(event: Mapping[str, Any]) -> str | None:
     """The error a provider reported inside a stream that started with 200, else ``None``.
 

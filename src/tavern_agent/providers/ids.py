@@ -2,8 +2,8 @@
 
 A transcript keeps every call id exactly as its provider sent it. Replaying to
 another protocol may need a different spelling: OpenAI Chat rejects ids over
-40 characters, Anthropic anything outside ``[a-zA-Z0-9_-]``
-(shared/spec/provider-protocols.md §2). :class:`CallIdMap` rewrites only those,
+40 characters, Anthropic anything outside ``[a-zA-Z0-9_-]`` (both say so in
+their API references). :class:`CallIdMap` rewrites only those,
 deterministically (a readable prefix plus a hash of the original), so the same
 history always encodes to the same ids and provider prompt caches stay valid.
 Every wire id maps back to the call it stands for.

@@ -1,4 +1,4 @@
-"""Interrupted-history repair (R5.4): every call gets exactly one result.
+"""Interrupted-history repair: every call gets exactly one result.
 
 Runs before any encoding. A call without a result (the run stopped, a reply
 never came) gets a synthesized, recoverable result saying its outcome is

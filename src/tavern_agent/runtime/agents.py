@@ -126,7 +126,7 @@ def purpose(profile: Profile) -> str:
 
 
 def directory(source: ProfileSource, caller: Profile, snapshot: ToolSnapshot) -> str:
-    """The Agents section of a prompt: who this caller may delegate or hand off to (R2.4)."""
+    """The Agents section of a prompt: who this caller may delegate or hand off to."""
     ops: list[tuple[str, str]] = []
     delegate, handoff = snapshot.name_of(DELEGATE), snapshot.name_of(HANDOFF)
     if delegate and caller.delegation.can_delegate:
@@ -278,10 +278,6 @@ class AgentTasks:
         self.source = source
         self.tasks: dict[str, AgentTask] = {}
         self.by_inv: dict[str, AgentTask] = {}
-
-    @property
-    def run_scene(self) -> Scene:
-        return self.engine.run.scene
 
     def caller(self, inv: Invocation) -> Profile:
         return inv.profile or self.engine.run.profile

@@ -1,4 +1,4 @@
-"""The finish policy: which finishing calls the runtime accepts (tauritavern-context §1, §4).
+"""The finish policy: which finishing calls the runtime accepts.
 
 A finishing tool (``workspace.finish``, later handoff and ``task.return``)
 must be the last call of its turn, else it is not run and gets the

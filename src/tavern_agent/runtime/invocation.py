@@ -1,9 +1,9 @@
-"""An Invocation: one frozen tool snapshot, its own gate and counts, its transcript (R1.4–R1.6).
+"""An Invocation: one frozen tool snapshot, its own gate and counts, its transcript.
 
 The root invocation of a run builds its snapshot when it is created and
 writes it once to ``input/invocations/<inv>/tool_snapshot.json``. An output
-revision is a new invocation that loads the same snapshot (R1.5) but has its
-own gate, so its calls are counted on their own (R1.6).
+revision is a new invocation that loads the same snapshot but has its
+own gate, so its calls are counted on their own.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ answer arrives (session), or when the rounds run out
 Every step is journaled; with the checkpoint this lets :meth:`Engine.resume`
 continue a killed run: stored responses are not requested again, calls with
 a stored result are not run again, a call that started without a result gets
-the R5.4 "outcome unknown" result, and a commit whose outcome the journal
+the "outcome unknown: check state before repeating" result, and a commit whose outcome the journal
 does not know is confirmed (or not) from the chat file itself.
 """
 
@@ -187,7 +187,7 @@ class Engine:
         return await self._execute(self.current)
 
     async def revise(self, instruction: str) -> RunResult:
-        """Run an output revision: a new invocation on the same snapshot (R1.5)."""
+        """Run an output revision: a new invocation on the same snapshot."""
         self._rebuild()
         self.finished = False
         inv = self.run.revise(instruction)

@@ -1,4 +1,4 @@
-"""``persist/``: notes a chat's runs carry from one run to the next (tauritavern-context §4).
+"""``persist/``: notes a chat's runs carry from one run to the next.
 
 The chat workspace keeps a *stable layer*: immutable versions under
 ``<chat-workspace>/persist/versions/<version>/`` and ``HEAD.json`` naming the

@@ -1,4 +1,4 @@
-"""The run prompt (R5.2): duties and how to finish, then the material to work from.
+"""The run prompt: duties and how to finish, then the material to work from.
 
 The system text states the job and how to end it, naming this snapshot's
 tools. The first user message holds the material: the character card, the

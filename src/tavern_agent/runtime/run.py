@@ -172,7 +172,7 @@ class Run:
         snapshot = assembly.snapshot(profile, scene, spec.protocol)
         snapshot.save(run_dir / run_layout.snapshot_file(snapshot.id))
         system = system_prompt(profile, snapshot, chat.character_name if chat else "")
-        listing = directory(ProfileSource(data.path), profile, snapshot)  # R2.4
+        listing = directory(ProfileSource(data.path), profile, snapshot)
         if listing:
             system = f"{system}\n\n{listing}"
         if chat_run is not None:
@@ -228,7 +228,7 @@ class Run:
         return inv
 
     def revise(self, instruction: str) -> Invocation:
-        """An output revision: a new invocation that reuses the root snapshot (R1.5)."""
+        """An output revision: a new invocation that reuses the root snapshot."""
         root = self.invocations[0]
         prompt = json.loads(
             (self.run_dir / run_layout.prompt_file(root.id)).read_text(encoding="utf-8")

@@ -59,7 +59,7 @@ class McpCatalog(ExternalToolSource, Protocol):
 
 
 class ExtensionTools(ExternalToolSource, Protocol):
-    """Functions registered by extensions, looked up by ToolId at call time (R7.2)."""
+    """Functions registered by extensions, looked up by ToolId at call time."""
 
 
 class Registered(Protocol):
@@ -204,7 +204,7 @@ class ToolCatalog:
             raise ProfileValidationError(problems)
 
     def prepare(self, profile: Profile, scene: Scene, *, child: bool = False) -> PreparedTools:
-        """The profile's tools for ``scene`` in allow order, overrides applied (R1.4).
+        """The profile's tools for ``scene`` in allow order, overrides applied.
 
         Missing, disabled or out-of-scene tools are skipped with a diagnostic.
         Built-ins flagged ``child_only`` are added only for a delegated

@@ -1,4 +1,4 @@
-"""Dispatch by ToolId kind (R1.6): built-in, MCP or extension — never by name."""
+"""Dispatch by ToolId kind: built-in, MCP or extension — never by name."""
 
 from __future__ import annotations
 

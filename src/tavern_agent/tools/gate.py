@@ -1,4 +1,4 @@
-"""``ToolRequestGate``: one per Invocation; checks every call, then dispatches it (R1.6).
+"""``ToolRequestGate``: one per Invocation; checks every call, then dispatches it.
 
 Order, each step a recoverable result when it fails (never an exception):
 

@@ -1,4 +1,4 @@
-"""The shared long-result step (R5.3) for MCP, extension and shell output.
+"""The shared long-result step for MCP, extension and shell output.
 
 Above the snapshot's inline limit the full readable text goes to a read-only
 file ``tool-results/<invocation>/round-NNN-call_<hex>.txt``, the raw reply to

@@ -1,4 +1,4 @@
-"""Tool snapshots: the frozen tool set of one Invocation (R1.2–R1.5).
+"""Tool snapshots: the frozen tool set of one Invocation.
 
 A snapshot is built once from catalog × scene × profile for one protocol,
 written once as JSON, and loaded back unchanged for an output revision or a
@@ -80,9 +80,6 @@ class ToolSnapshot:
 
     def by_name(self, name: str) -> ToolBinding | None:
         return self._by_name.get(name)
-
-    def by_tool_id(self, tool_id: ToolId) -> ToolBinding | None:
-        return self._by_tool.get(tool_id)
 
     def name_of(self, tool_id: ToolId | str) -> str | None:
         """This snapshot's model name for a tool, if it has the tool."""
@@ -205,7 +202,7 @@ def build_snapshot(
     *,
     child: bool = False,
 ) -> ToolSnapshot:
-    """Freeze the tool set of a new Invocation (R1.4); ``child``: a return-mode child."""
+    """Freeze the tool set of a new Invocation; ``child``: a return-mode child."""
     prepared = catalog.prepare(profile, scene, child=child)
     return ToolSnapshot(
         id=snapshot_id,

@@ -71,7 +71,3 @@ def _check_segment(segment: str) -> None:
 def top(path: str) -> str:
     """The first segment of a normalised path (its root folder)."""
     return path.split("/", 1)[0]
-
-
-def is_under(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder + "/")

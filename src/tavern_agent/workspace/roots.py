@@ -1,4 +1,4 @@
-"""Which top-level folders a run sees and may change, per scene (tauritavern-context §4)."""
+"""Which top-level folders a run sees and may change, per scene."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Each tool only shapes its request into a typed effect; the runtime
 (:mod:`tavern_agent.runtime.agents`) checks eligibility, budgets and the task
 registry, applies the effect and writes the result the model reads. A return-mode
 child's snapshot has ``task.return`` instead of commit, finish, delegate, handoff
-and await (R2.3); no profile can list ``task.return`` itself.
+and await; no profile can list ``task.return`` itself.
 """
 
 from __future__ import annotations

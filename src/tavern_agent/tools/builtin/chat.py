@@ -1,4 +1,4 @@
-"""``chat.search`` and ``chat.read_messages``: the run's chat, floors ``0 … N-1`` (R2.1)."""
+"""``chat.search`` and ``chat.read_messages``: the run's chat, floors ``0 … N-1``."""
 
 from __future__ import annotations
 

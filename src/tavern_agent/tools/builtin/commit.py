@@ -1,4 +1,4 @@
-"""``workspace.commit``: publish a workspace file as this run's chat message (R5.6).
+"""``workspace.commit``: publish a workspace file as this run's chat message.
 
 The tool checks the request and returns a :class:`CommitRequested` effect; the
 chat adapter (:meth:`tavern_agent.chat.run_input.ChatRun.apply_effect`) writes

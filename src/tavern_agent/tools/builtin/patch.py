@@ -1,4 +1,4 @@
-"""``workspace.apply_patch``: exact text replacement in one file (tauritavern-context §3).
+"""``workspace.apply_patch``: exact text replacement in one file.
 
 The ten checks run in the documented order. A failure after a partial read
 sets the file's ``needs_full_read`` flag: the model saw only part of the file

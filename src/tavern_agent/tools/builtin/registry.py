@@ -1,4 +1,4 @@
-"""The built-in tool registry: adding a tool is one :class:`BuiltinTool` value (R8.1)."""
+"""The built-in tool registry: adding a tool is one :class:`BuiltinTool` value."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``workspace.shell``: a fresh Bashkit sandbox per call over the workspace roots (R4).
+"""``workspace.shell``: a fresh Bashkit sandbox per call over the workspace roots.
 
 Each call builds a new ``BashTool`` (about half a millisecond) and mounts every
 visible root at ``/<root>`` straight onto the workspace folder, writable roots

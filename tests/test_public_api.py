@@ -1,0 +1,89 @@
+"""The public surface: what each importable package exports, and that it imports."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+import tavern_agent
+from tavern_agent.core.errors import ERRORS, ErrorCode
+
+PUBLIC = {
+    "tavern_agent": [
+        "AgentToolResult",
+        "Assembly",
+        "ChatSource",
+        "Engine",
+        "ErrorCode",
+        "ExtensionContext",
+        "HttpGateway",
+        "ModelConfig",
+        "ModelProtocol",
+        "Profile",
+        "ReplayGateway",
+        "Run",
+        "RunResult",
+        "RunSpec",
+        "Scene",
+        "ToolCall",
+        "ToolDescriptor",
+        "ToolId",
+        "registry",
+    ],
+    "tavern_agent.extensions": [
+        "AlreadyRegistered",
+        "CombinedExtensionTools",
+        "ExtensionContext",
+        "ExtensionHost",
+        "ExtensionRegistry",
+        "HostFiles",
+        "HostUnavailable",
+        "RemoteExtensionTools",
+        "registry",
+    ],
+    "tavern_agent.mcp": [
+        "ApprovalRequest",
+        "Approver",
+        "McpManager",
+        "Registration",
+        "RegistrationError",
+        "RegistrationStore",
+        "has_registrations",
+        "policy_approver",
+    ],
+}
+
+
+@pytest.mark.parametrize("package", sorted(PUBLIC))
+def test_each_exported_name_imports(package: str) -> None:
+    module = importlib.import_module(package)
+    assert sorted(module.__all__) == PUBLIC[package]
+    for name in module.__all__:
+        assert getattr(module, name) is not None, name
+
+
+def test_the_top_level_names_are_the_real_objects() -> None:
+    from tavern_agent.assembly import Assembly
+    from tavern_agent.runtime.run import Run
+
+    assert tavern_agent.Assembly is Assembly
+    assert tavern_agent.Run is Run
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = tavern_agent.Nope  # type: ignore[attr-defined]
+
+
+def test_importing_the_package_loads_nothing_heavy() -> None:
+    code = (
+        "import sys, tavern_agent;"
+        "print(sorted(m for m in sys.modules if m.startswith('tavern_agent')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['tavern_agent']"
+
+
+def test_every_error_code_is_in_the_error_table() -> None:
+    assert set(ERRORS) == set(ErrorCode)
+    assert all(info.meaning.endswith(".") for info in ERRORS.values())
