@@ -3,13 +3,20 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# `make run` needs only the package; `make test` adds the dev tools, the npm
+# test peers (MCP reference servers) and Debian's Chromium.
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
 .PHONY: run test test-quick lint bench clean
 
-$(STAMP): pyproject.toml tests/peers/package-lock.json
-	$(PY) -m venv $(VENV)
+$(RUN_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP) tests/peers/package-lock.json
 	$(BIN)/pip install -q -e '.[dev]'
 	npm ci --prefix tests/peers --no-audit --no-fund --loglevel=error
 	command -v chromium >/dev/null || { apt-get update -qq && \
@@ -17,7 +24,7 @@ $(STAMP): pyproject.toml tests/peers/package-lock.json
 	touch $(STAMP)
 
 EXAMPLE := $(VENV)/example
-run: $(STAMP)
+run: $(RUN_STAMP)
 	rm -rf $(EXAMPLE) && mkdir -p $(EXAMPLE) && cp examples/chat.jsonl $(EXAMPLE)/chat.jsonl
 	$(BIN)/tavern-agent --data-dir $(EXAMPLE)/data run $(EXAMPLE)/chat.jsonl \
 		--character examples/seraphina-card.json --world examples/eldoria-world.json \
