@@ -161,6 +161,14 @@ class Assembly:
         origin = getattr(source, "origin", None)
         return origin(tool_id) if callable(origin) else None
 
+    def source_of(self, tool_id: ToolId) -> str:
+        """Where a tool comes from, for the journal: built-in, an MCP server, a module or a page."""
+        if tool_id.kind is ToolKind.BUILTIN:
+            return "builtin"
+        if tool_id.kind is ToolKind.MCP:
+            return f"mcp server {tool_id.source}"
+        return self.origin(tool_id) or "extension"
+
     # ------------------------------------------------------------ invocations
 
     def everything(self, scene: Scene) -> Profile:

@@ -3,7 +3,8 @@
 It answers ``POST /v1/chat/completions`` with server-sent events. Which turn it
 plays is the number of assistant messages in the request's history, so the
 answer follows the conversation, as a real server's would. ``fail_first``
-makes the first N requests answer 503 (to exercise retries). Every request
+makes the first N requests answer 503 (to exercise retries); ``pause_once_at``
+holds the first request for one turn unanswered (to kill the client mid-run). Every request
 body is kept in ``bodies``.
 """
 
@@ -22,10 +23,19 @@ CallSpec = tuple[str, dict[str, Any]]
 
 class OpenAIServer(LoopbackServer):
     def __init__(
-        self, turns: Sequence[Sequence[CallSpec]], *, fail_first: int = 0, hang: bool = False
+        self,
+        turns: Sequence[Sequence[CallSpec]],
+        *,
+        fail_first: int = 0,
+        hang: bool = False,
+        pause_once_at: int | None = None,
     ) -> None:
         self.turns = list(turns)
         self.hang = hang
+        # The first request for turn `pause_once_at` sets `paused` and gets no answer
+        # (until the server closes): a test kills its client meanwhile.
+        self.pause_once_at = pause_once_at
+        self.paused = threading.Event()
         self.release = threading.Event()
         self.fail_left = fail_first
         self.bodies: list[dict[str, Any]] = []
@@ -57,6 +67,11 @@ class OpenAIServer(LoopbackServer):
                     server.release.wait(30)
                     return
                 turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+                if turn == server.pause_once_at and not server.paused.is_set():
+                    server.paused.set()
+                    server.release.wait(60)
+                    self.close_connection = True
+                    return
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("connection", "close")

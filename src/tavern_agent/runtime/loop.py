@@ -450,6 +450,7 @@ class Engine:
                 "invocationId": inv.id,
                 "callId": rc.call_id,
                 "toolId": None if binding is None else str(binding.tool_id),
+                "source": None if binding is None else self.run.assembly.source_of(binding.tool_id),
                 "snapshotId": snapshot.id,
                 "name": rc.name,
                 "argumentsRef": args_ref,
