@@ -53,7 +53,7 @@ from tavern_agent.tools.catalog import ExtensionTools, McpCatalog, ToolCatalog
 from tavern_agent.tools.dispatch import Dispatcher
 from tavern_agent.tools.gate import ToolRequestGate
 from tavern_agent.tools.results import DirectoryResultFiles
-from tavern_agent.tools.snapshot import ToolSnapshot, build_snapshot
+from tavern_agent.tools.snapshot import ToolSnapshot, bind
 from tavern_agent.workspace.layout import DataRoot
 from tavern_agent.workspace.store import Workspace
 
@@ -185,8 +185,18 @@ class Assembly:
         child: bool = False,
     ) -> ToolSnapshot:
         """Freeze a new invocation's tool set; ``child``: a delegated child agent's."""
-        snapshot_id = snapshot_id or f"inv_{secrets.token_hex(6)}"
-        return build_snapshot(self.catalog, profile, scene, protocol, snapshot_id, child=child)
+        prepared = self.catalog.prepare(profile, scene, child=child)
+        return ToolSnapshot(
+            id=snapshot_id or f"inv_{secrets.token_hex(6)}",
+            protocol=protocol,
+            scene=scene,
+            profile_id=profile.id,
+            bindings=bind(prepared.descriptors, profile, protocol),
+            max_calls_per_invocation=profile.limits.max_calls_per_invocation,
+            inline_char_limit=profile.limits.external_result_inline_char_limit,
+            diagnostics=prepared.diagnostics,
+            shell_limits=profile.limits.shell,
+        )
 
     def gate(
         self,

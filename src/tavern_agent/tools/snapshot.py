@@ -20,7 +20,6 @@ from tavern_agent.core.naming import ModelProtocol, assign_model_names
 from tavern_agent.core.profile import Profile, ShellLimits
 from tavern_agent.core.schema_adapt import adapt_parameters
 from tavern_agent.fsutil import write_once
-from tavern_agent.tools.catalog import ToolCatalog
 
 SNAPSHOT_SCHEMA_VERSION = 1
 
@@ -191,27 +190,3 @@ def bind(
             )
         )
     return tuple(bindings)
-
-
-def build_snapshot(
-    catalog: ToolCatalog,
-    profile: Profile,
-    scene: Scene,
-    protocol: ModelProtocol,
-    snapshot_id: str,
-    *,
-    child: bool = False,
-) -> ToolSnapshot:
-    """Freeze the tool set of a new Invocation; ``child``: a return-mode child."""
-    prepared = catalog.prepare(profile, scene, child=child)
-    return ToolSnapshot(
-        id=snapshot_id,
-        protocol=protocol,
-        scene=scene,
-        profile_id=profile.id,
-        bindings=bind(prepared.descriptors, profile, protocol),
-        max_calls_per_invocation=profile.limits.max_calls_per_invocation,
-        inline_char_limit=profile.limits.external_result_inline_char_limit,
-        diagnostics=prepared.diagnostics,
-        shell_limits=profile.limits.shell,
-    )
