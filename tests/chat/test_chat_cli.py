@@ -73,3 +73,39 @@ def test_shell_sees_the_chat_mount_read_only(tmp_path: Path) -> None:
     assert "The glade awaits." in result["content"]
     assert result["structured"]["exit_code"] != 0  # the write is refused: read-only
     assert not list(data.glob("chats/**/floors/x"))
+
+
+def _commit(chat: Path, ws: Path, text: str, data: Path, *extra: str) -> str:
+    (ws / "output").mkdir(parents=True, exist_ok=True)
+    (ws / "output" / "main.md").write_text(text)
+    proc = run(
+        "call",
+        "workspace_commit",
+        '{"reason": "the reply"}',
+        "--chat",
+        str(chat),
+        "--workspace",
+        str(ws),
+        *extra,
+        data_dir=data,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stderr
+
+
+def test_cli_commits_from_two_workspaces_both_stay_and_run_revises_its_own(
+    tmp_path: Path,
+) -> None:
+    chat = write_chat(tmp_path / "my.jsonl", ["Into the forest we go."])
+    data = tmp_path / "data"
+    first = _commit(chat, tmp_path / "ws1", "First reply.", data)
+    second = _commit(chat, tmp_path / "ws2", "Second reply.", data)
+    assert "chat floor 1 created" in first and "chat floor 2 created" in second
+    messages = parse_chat(chat.read_bytes()).messages
+    assert [m.mes for m in messages] == ["Into the forest we go.", "First reply.", "Second reply."]
+    # --run ID revises the message that run committed, and only that one.
+    run_id = first.rsplit("--run ", 1)[1].strip(" )\n")
+    revised = _commit(chat, tmp_path / "ws1", "First reply, revised.", data, "--run", run_id)
+    assert "chat floor 1 updated" in revised
+    messages = parse_chat(chat.read_bytes()).messages
+    assert [m.mes for m in messages][1:] == ["First reply, revised.", "Second reply."]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tavern_agent.assembly import Assembly
+from tavern_agent.chat import index_store
 from tavern_agent.core.descriptors import ToolDescriptor
 from tavern_agent.core.ids import ToolId
 from tavern_agent.runtime.loop import Engine
@@ -16,6 +17,7 @@ from tavern_agent.runtime.run import Run
 from tavern_agent.runtime.scripted import ScriptedGateway, call, calls
 from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource
 from tavern_agent.tools.context import CallContext
+from tests.chat.test_index_store import Builds
 from tests.runtime.helpers import COMMIT, FINISH, Harness, events, profile, results, types, write
 
 
@@ -172,3 +174,27 @@ def test_a_session_run_ends_with_its_text_answer(tmp_path: Path) -> None:
     assert run.run_dir == run.workspace.root / "runs" / run.id  # records beside the workspace
     assert "workspace_finish" not in run.invocations[0].snapshot.model_names
     assert len(h.chat_messages()) == 3  # the chat is untouched
+
+
+def test_a_run_reuses_the_saved_chat_search_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = Harness(tmp_path)
+    script = [
+        call("chat_search", {"query": "river lantern"}),
+        calls(write("A reply."), COMMIT),
+        call(*FINISH),
+    ]
+    h.drive(script)  # builds and saves the index
+    (saved,) = h.data.path.glob(f"chats/*/mount/{index_store.FILE}")
+    builds = Builds(monkeypatch)
+    second, result = h.drive(script)
+    assert result.status == "completed"
+    # The second run's search read the saved index (brought up to date with the
+    # first run's reply) instead of building one.
+    assert builds.count == 0
+    found = results(second)[0]["content"]
+    assert "floor 1" in found and "lantern" in found
+    assert saved.is_file()
+    # A resumed run opens the chat with the same saved index.
+    assert Run.open(h.assembly, second.run_dir).chat.index_dir == saved.parent  # type: ignore[union-attr]
