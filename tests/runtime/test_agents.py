@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from tavern_agent.chat.formats import parse_chat
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.profile import Profile
 from tavern_agent.providers.gateway import ModelRequest
@@ -20,7 +22,9 @@ from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run
 from tavern_agent.runtime.scripted import AgentScript, ScriptedAgents, Turn, call, calls, say
 from tavern_agent.tools.catalog import ProfileValidationError
-from tests.runtime.helpers import COMMIT, FINISH, WRITER_TOOLS, Harness, events, write
+from tests.chat.helpers import write_chat
+from tests.runtime.helpers import COMMIT, FINISH, TEXTS, WRITER_TOOLS, Harness, events, write
+from tests.test_cli import run as run_cli
 
 AGENT_TOOLS = ("builtin:agent.delegate", "builtin:agent.await", "builtin:agent.handoff")
 HELPER_TOOLS = (
@@ -121,17 +125,15 @@ def of_type(run: Run, kind: str) -> list[dict[str, Any]]:
     return [e["payload"] for e in events(run) if e["type"] == kind]
 
 
-def test_two_children_in_parallel_return_and_the_parent_commits_their_summaries(
-    tmp_path: Path,
-) -> None:
-    h, root = setup(tmp_path)
+def compose(request: ModelRequest) -> Turn:
+    awaited = tool_results(request)[-1]["structured"]
+    summaries = sorted(t["summary"] for t in awaited["tasks"])
+    return call(*write(" / ".join(summaries)))
 
-    def compose(request: ModelRequest) -> Turn:
-        awaited = tool_results(request)[-1]["structured"]
-        summaries = sorted(t["summary"] for t in awaited["tasks"])
-        return call(*write(" / ".join(summaries)))
 
-    scripts: dict[str, AgentScript] = {
+def two_children() -> dict[str, AgentScript]:
+    """The writer delegates to scout and critic, awaits both and commits their summaries."""
+    return {
         "writer": [
             calls(delegate("scout", "Check the bridge."), delegate("critic", "Judge the pace.")),
             call(*await_()),
@@ -150,6 +152,14 @@ def test_two_children_in_parallel_return_and_the_parent_commits_their_summaries(
         ],
         "critic": [returns("The pace is fine.")],
     }
+
+
+def test_two_children_in_parallel_return_and_the_parent_commits_their_summaries(
+    tmp_path: Path,
+) -> None:
+    h, root = setup(tmp_path)
+
+    scripts = two_children()
     run, result, _, gateway = drive(h, root, scripts)
     assert result.status == "completed" and result.commits == 1
     assert h.chat_messages()[-1]["mes"] == "The bridge is out. / The pace is fine."
@@ -525,3 +535,36 @@ def test_a_second_handoff_in_one_turn_is_refused_and_the_first_stands(tmp_path: 
     assert run.invocations[-1].profile is not None
     assert run.invocations[-1].profile.id == "closer"
     assert h.chat_messages()[-1]["mes"] == "They cross at the ford."
+
+
+def test_a_recorded_run_with_two_children_replays_offline(tmp_path: Path) -> None:
+    h, root = setup(tmp_path / "recorded")
+    recorded, result, _, _ = drive(h, root, two_children())
+    assert result.status == "completed"
+    data = tmp_path / "replay" / "data"
+    shutil.copytree(h.data.path / "profiles", data / "profiles")
+    chat = write_chat(tmp_path / "replay" / "chat.jsonl", TEXTS)
+    root_file = tmp_path / "writer.json"
+    root_file.write_text(json.dumps(root.to_json()))
+    args = ["run", str(chat), "--profile", str(root_file), "--replay", str(recorded.run_dir)]
+    proc = run_cli(*args, "--json", data_dir=data)
+    assert proc.returncode == 0, proc.stderr
+    outcome = json.loads(proc.stdout)
+    assert outcome["status"] == "completed" and outcome["commits"] == 1
+    assert outcome["committedMessage"] == "The bridge is out. / The pace is fine."
+    assert [m.mes for m in parse_chat(chat.read_bytes()).messages] == [
+        m["mes"] for m in h.chat_messages()
+    ]
+
+    def child_results(run_dir: Path) -> dict[str, dict[str, Any]]:
+        found = {}
+        for path in (run_dir / "agent-results").glob("*.json"):
+            record = json.loads(path.read_text())
+            keep = ("status", "summary", "findings", "artifacts", "summaryPath")
+            found[record["agentId"]] = {k: record.get(k) for k in keep}
+        return found
+
+    replayed = child_results(Path(outcome["runDir"]))
+    assert replayed == child_results(recorded.run_dir)
+    assert replayed["scout"]["findings"] == ["ford to the north"]
+    assert replayed["critic"]["summary"] == "The pace is fine."
