@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -213,3 +214,46 @@ async def test_long_result_goes_through_the_shared_spill_step(
     spilled = tmp_path / result.structured["path"]
     assert spilled.read_text().replace("\n", "") == "rain " * 20_000
     assert result.resource_refs == (result.structured["path"],)
+
+
+async def test_a_hanging_tool_gets_the_time_limit_and_cancellation_like_a_page_tool() -> None:
+    reg = ExtensionRegistry(call_timeout=0.3)
+    release = threading.Event()
+
+    @reg.tool(extension_id="slow", name="block", description="Blocks its thread.")
+    def block() -> str:
+        release.wait(30)  # a plain function that hangs: it must not stall the event loop
+        return "late"
+
+    @reg.tool(extension_id="slow", name="sleep", description="Never returns.")
+    async def sleep() -> str:
+        await asyncio.sleep(3600)
+        return "never"
+
+    gate = gate_for(reg)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    beat = asyncio.ensure_future(ticker())
+    try:
+        blocked = await call(gate, "block", "{}")
+        slept = await call(gate, "sleep", "{}")
+        cancelled = asyncio.Event()
+        pending = asyncio.ensure_future(call(gate, "block", "{}", cancelled=cancelled))
+        await asyncio.sleep(0.05)
+        cancelled.set()
+        stopped = await pending
+    finally:
+        beat.cancel()
+        release.set()
+    assert ticks > 10  # the loop kept running while the plain function blocked
+    for result in (blocked, slept):
+        assert result.error_code is ErrorCode.EXTENSION_TOOL_TIMEOUT
+        assert "no answer within 0.3 s" in result.content
+        assert "Check the current state before repeating it." in result.content
+    assert stopped.error_code is ErrorCode.EXTENSION_TOOL_CANCELLED

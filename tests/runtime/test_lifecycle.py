@@ -198,3 +198,36 @@ def test_a_run_reuses_the_saved_chat_search_index(
     assert saved.is_file()
     # A resumed run opens the chat with the same saved index.
     assert Run.open(h.assembly, second.run_dir).chat.index_dir == saved.parent  # type: ignore[union-attr]
+
+
+def test_a_source_gone_at_resume_gives_an_unavailable_result(tmp_path: Path) -> None:
+    async def here(args: dict[str, object], ctx: CallContext) -> ExternalReceipt:
+        return ExternalReceipt("here")
+
+    source = InMemoryToolSource()
+    source.add(ToolDescriptor(ToolId.extension("e", "here"), "Answers.", label="e"), here)
+    h = Harness(tmp_path)
+    h.assembly = Assembly(h.data, extensions=source)
+    allow = ("extension/e:here", *profile().tools.allow)
+    prof = profile().model_copy(
+        update={"tools": profile().tools.model_copy(update={"allow": allow})}
+    )
+    script = [call("here", {}), calls(write("Draft."), COMMIT), call(*FINISH)]
+    run = h.start(prof)
+    engine = h.engine(run, script)
+    asyncio.run(engine.start())
+    engine.close()
+    # Cut the journal back to the stored first response: the call had not run yet.
+    journal = run.run_dir / "events.jsonl"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if b'"model_response_stored"' in line)
+    journal.write_bytes(b"".join(lines[: cut + 1]))
+    # Resumed in a process where the extension is not loaded any more.
+    reopened = Run.open(Assembly(h.data), run.run_dir)
+    engine = h.engine(reopened, script)
+    result = asyncio.run(engine.resume())
+    engine.close()
+    assert result.status == "completed"
+    first = results(reopened)[0]
+    assert first["errorCode"] == "tool.unavailable"
+    assert "here is unavailable" in first["content"] and "no action was taken" in first["content"]
