@@ -15,14 +15,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.chat.formats import parse_card, parse_world
 from tavern_agent.core.profile import Profile
 from tavern_agent.runtime.loop import Engine
 from tavern_agent.runtime.run import Run, RunSpec
 from tavern_agent.runtime.scripted import ScriptedGateway, calls
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ToolCatalog
-from tavern_agent.workspace.layout import DataRoot
 
 HERE = Path(__file__).resolve().parent
 DRAFT = (
@@ -101,7 +99,7 @@ def main() -> None:
             seed=7,
             model={"kind": "scripted", "script": "examples/record_example.py"},
         )
-        run = Run.start(DataRoot(Path(tmp) / "data"), ToolCatalog(builtin_registry()), spec)
+        run = Run.start(Assembly(Path(tmp) / "data"), spec)
         engine = Engine(run, ScriptedGateway(SCRIPT))
         result = asyncio.run(engine.start())
         engine.close()
