@@ -30,14 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core.profile import Profile
 from tavern_agent.runtime.journal import read_events
 from tavern_agent.runtime.loop import Engine
 from tavern_agent.runtime.run import Run, RunSpec
 from tavern_agent.runtime.scripted import AgentScript, ScriptedAgents, Turn, call, calls, say
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ToolCatalog
-from tavern_agent.workspace.layout import DataRoot
 
 
 def root_profile(children: int) -> Profile:
@@ -83,12 +81,11 @@ def scripts(children: int) -> dict[str, AgentScript]:
 
 
 def one_run(base: Path, children: int, fsync: bool) -> tuple[float, list[float]]:
-    data = DataRoot(base / "data")
-    (data.path / "profiles").mkdir(parents=True, exist_ok=True)
-    (data.path / "profiles" / "helper.json").write_text(json.dumps(helper_profile()))
-    catalog = ToolCatalog(builtin_registry())
+    assembly = Assembly(base / "data")
+    (assembly.data.path / "profiles").mkdir(parents=True, exist_ok=True)
+    (assembly.data.path / "profiles" / "helper.json").write_text(json.dumps(helper_profile()))
     spec = RunSpec(root_profile(children), session="bench", seed=1)
-    run = Run.start(data, catalog, spec)
+    run = Run.start(assembly, spec)
     engine = Engine(run, ScriptedAgents(scripts(children)), fsync=fsync)
     started = time.perf_counter()
     try:

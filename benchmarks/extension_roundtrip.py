@@ -27,6 +27,7 @@ from typing import Any
 
 from playwright.async_api import async_playwright
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.ids import ToolId
@@ -34,12 +35,9 @@ from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile
 from tavern_agent.extensions import ExtensionHost, ExtensionRegistry, RemoteExtensionTools
 from tavern_agent.extensions.host import CallMeta
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ExtensionTools, ToolCatalog
+from tavern_agent.tools.catalog import ExtensionTools
 from tavern_agent.tools.context import CallContext
-from tavern_agent.tools.dispatch import Dispatcher
 from tavern_agent.tools.gate import ToolRequestGate
-from tavern_agent.tools.snapshot import build_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 CALLS = 500
@@ -78,10 +76,10 @@ def line(label: str, samples: list[float]) -> str:
 
 
 def gate_for(extensions: ExtensionTools) -> ToolRequestGate:
-    catalog = ToolCatalog(builtin_registry(), extensions=extensions)
+    assembly = Assembly(Path("/nonexistent-data-root"), extensions=extensions)
     profile = Profile.allowing([d.tool_id for d in extensions.catalog(Scene.CHAT)])
-    snap = build_snapshot(catalog, profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv_bench")
-    return ToolRequestGate(snap, Dispatcher(catalog), run_id="run_bench")
+    snap = assembly.snapshot(profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv_bench")
+    return assembly.gate(snap, run_id="run_bench")
 
 
 def fresh(gate: ToolRequestGate, call: ToolCall) -> Callable[[], Awaitable[Any]]:

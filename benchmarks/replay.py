@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.ids import ToolId
@@ -26,9 +28,6 @@ from tavern_agent.providers.transcript import (
     TranscriptItem,
     UserMessage,
 )
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ToolCatalog
-from tavern_agent.tools.snapshot import build_snapshot
 
 TURNS = 500
 CALLS = 2000
@@ -61,10 +60,10 @@ def transcript() -> Transcript:
 def main() -> None:
     history = transcript()
     profile = Profile.allowing([DICE], "bench")
-    catalog = ToolCatalog(builtin_registry())
+    assembly = Assembly(Path("/nonexistent-data-root"))
     print(f"Replay encoding: {TURNS} turns, {CALLS} calls, median of {RUNS} runs")
     for protocol in ModelProtocol:
-        snapshot = build_snapshot(catalog, profile, Scene.CHAT, protocol, "bench")
+        snapshot = assembly.snapshot(profile, Scene.CHAT, protocol, "bench")
         codec = codec_for(protocol)
         times = []
         for _ in range(RUNS):

@@ -26,15 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core.profile import Profile
 from tavern_agent.providers.gateway import ModelReply, ModelRequest, ReplayGateway
 from tavern_agent.runtime.journal import read_events
 from tavern_agent.runtime.loop import Engine
 from tavern_agent.runtime.run import Run, RunSpec
 from tavern_agent.runtime.scripted import ScriptedGateway, Turn, calls
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ToolCatalog
-from tavern_agent.workspace.layout import DataRoot
 
 TOOLS = [
     "builtin:chat.search",
@@ -75,7 +73,7 @@ def script(rounds: int) -> list[Turn]:
     return turns
 
 
-def setup(root: Path, rounds: int) -> tuple[DataRoot, RunSpec]:
+def setup(root: Path, rounds: int) -> tuple[Assembly, RunSpec]:
     root.mkdir(parents=True, exist_ok=True)
     chat = root / "chat.jsonl"
     lines = [HEADER] + [
@@ -92,7 +90,7 @@ def setup(root: Path, rounds: int) -> tuple[DataRoot, RunSpec]:
             "limits": {"maxRounds": rounds, "maxCallsPerInvocation": rounds * 3},
         }
     )
-    return DataRoot(root / "data"), RunSpec(profile, chat_file=chat, seed=1)
+    return Assembly(root / "data"), RunSpec(profile, chat_file=chat, seed=1)
 
 
 class TimedReplay(ReplayGateway):
@@ -109,7 +107,7 @@ class TimedReplay(ReplayGateway):
 
 def record(rounds: int, root: Path) -> Path:
     data, spec = setup(root / "rec", rounds)
-    run = Run.start(data, ToolCatalog(builtin_registry()), spec)
+    run = Run.start(data, spec)
     engine = Engine(run, ScriptedGateway(script(rounds)), fsync=False)
     result = asyncio.run(engine.start())
     engine.close()
@@ -119,7 +117,7 @@ def record(rounds: int, root: Path) -> Path:
 
 def replay(recording: Path, rounds: int, root: Path, fsync: bool) -> dict[str, Any]:
     data, spec = setup(root, rounds)
-    run = Run.start(data, ToolCatalog(builtin_registry()), spec)
+    run = Run.start(data, spec)
     gateway = TimedReplay(recording)
     marks: list[float] = []
     engine = Engine(

@@ -21,17 +21,17 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import bpe_openai
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.ids import ToolId
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ToolCatalog
-from tavern_agent.tools.snapshot import ToolBinding, build_snapshot
+from tavern_agent.tools.snapshot import ToolBinding
 
 ENCODING = "o200k_base"
 PROTOCOL = ModelProtocol.OPENAI_CHAT
@@ -76,30 +76,28 @@ def count_bindings(bindings: Sequence[ToolBinding], encoding: Any) -> list[Count
     return out
 
 
-def all_builtin_bindings(catalog: ToolCatalog) -> tuple[list[ToolBinding], list[str]]:
+def all_builtin_bindings(assembly: Assembly) -> tuple[list[ToolBinding], list[str]]:
     """Bindings of every built-in tool across all scenes, each tool once, in registry order.
 
     A tool that serves only one scene is skipped in the other scene's snapshot; only a
     tool missing from every scene is reported.
     """
-    ids = [tool.tool_id for tool in catalog.builtins]
+    ids = [tool.tool_id for tool in assembly.catalog.builtins]
     profile = Profile.allowing(ids, "all-builtins")
     found: dict[ToolId, ToolBinding] = {}
     for scene in Scene:
         for child in (False, True):  # task.return is only in a delegated child's snapshot
-            snap = build_snapshot(
-                catalog, profile, scene, PROTOCOL, f"tokens-{scene.value}", child=child
-            )
+            snap = assembly.snapshot(profile, scene, PROTOCOL, f"tokens-{scene.value}", child=child)
             for b in snap.bindings:
                 found.setdefault(b.tool_id, b)
     missing = [f"{t} is in no scene's snapshot" for t in ids if t not in found]
     return [found[t] for t in ids if t in found], missing
 
 
-def writer_bindings(catalog: ToolCatalog) -> tuple[list[ToolBinding], list[str]]:
+def writer_bindings(assembly: Assembly) -> tuple[list[ToolBinding], list[str]]:
     """Bindings of the built-in default-writer profile in the chat scene."""
     profile = Profile.builtin(WRITER_PROFILE)
-    snap = build_snapshot(catalog, profile, Scene.CHAT, PROTOCOL, "tokens-writer")
+    snap = assembly.snapshot(profile, Scene.CHAT, PROTOCOL, "tokens-writer")
     return list(snap.bindings), list(snap.diagnostics)
 
 
@@ -129,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     encoding = bpe_openai.get_encoding(ENCODING)
-    catalog = ToolCatalog(builtin_registry())
+    assembly = Assembly(Path("/nonexistent-data-root"))
     print(
         f"Tool definition tokens ({ENCODING} via bpe-openai {metadata.version('bpe-openai')}), "
         f"compact Chat Completions `tools` entries, {PROTOCOL.value} snapshot"
@@ -137,11 +135,11 @@ def main(argv: list[str] | None = None) -> None:
     print()
     sets = [
         (
-            f"All built-in tools ({len(catalog.builtins)} registered)",
-            *all_builtin_bindings(catalog),
+            f"All built-in tools ({len(assembly.catalog.builtins)} registered)",
+            *all_builtin_bindings(assembly),
             ALL_BUILTINS_BUDGET,
         ),
-        (f"Profile {WRITER_PROFILE} (chat scene)", *writer_bindings(catalog), WRITER_BUDGET),
+        (f"Profile {WRITER_PROFILE} (chat scene)", *writer_bindings(assembly), WRITER_BUDGET),
     ]
     for title, bindings, notes, budget in sets:
         print_set(title, count_bindings(bindings, encoding), budget, notes)

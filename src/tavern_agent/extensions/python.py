@@ -22,6 +22,7 @@ import asyncio
 import inspect
 import json
 import logging
+import queue
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -127,22 +128,10 @@ class PythonTool:
     async def _run(self, kwargs: dict[str, Any]) -> Any:
         if self.is_async:
             return await self.function(**kwargs)
-        # A plain function runs on its own daemon thread: a slow or hanging one
-        # is then bound by the time limit like a page's tool, and cannot stall
-        # the run's event loop (nor keep the process alive at exit).
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-
-        def work() -> None:
-            try:
-                value = self.function(**kwargs)
-            except BaseException as exc:  # handed to the awaiting call as is
-                loop.call_soon_threadsafe(_settle, future, None, exc)
-            else:
-                loop.call_soon_threadsafe(_settle, future, value, None)
-
-        threading.Thread(target=work, name=f"ext:{self.descriptor.tool_id}", daemon=True).start()
-        return await future
+        # A plain function runs on a worker thread: a slow or hanging one is then
+        # bound by the time limit like a page's tool, and cannot stall the run's
+        # event loop (nor keep the process alive at exit: the workers are daemons).
+        return await _WORKERS.run(lambda: self.function(**kwargs))
 
     async def call(
         self, arguments: dict[str, Any], ctx: CallContext, timeout: float = DEFAULT_TIMEOUT
@@ -188,6 +177,51 @@ class PythonTool:
                 raw={"exception": type(exc).__name__, "message": str(exc)},
             )
         return receipt_for_value(value, name)
+
+
+class _Workers:
+    """Daemon threads that run plain extension functions, reused from call to call.
+
+    A thread stays busy while its function runs, however long; a call that
+    finds no idle thread starts a new one. Reusing threads keeps a quick
+    function's cost to two thread hops instead of a thread start.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    async def run(self, function: Callable[[], Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def job() -> None:
+            try:
+                value = function()
+            except BaseException as exc:  # handed to the awaiting call as is
+                loop.call_soon_threadsafe(_settle, future, None, exc)
+            else:
+                loop.call_soon_threadsafe(_settle, future, value, None)
+
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1
+        if start:
+            threading.Thread(target=self._work, name="tavern-agent-extension", daemon=True).start()
+        self._jobs.put(job)
+        return await future
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            job()
+            with self._lock:
+                self._idle += 1
+
+
+_WORKERS = _Workers()
 
 
 class _Cancelled(Exception):
