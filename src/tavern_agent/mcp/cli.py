@@ -140,17 +140,18 @@ def _catalog_lines(reg: Registration, cat: DiscoveredCatalog | None) -> list[str
 def mcp_list(ctx: click.Context, as_json: bool) -> None:
     """Servers, their tools with permissions, and the age of each discovery."""
     store = _store(ctx)
-    regs = store.all()
+    regs, broken = store.scan()
     if as_json:
-        out = []
+        out: list[dict[str, Any]] = []
         for reg in regs:
             cat = store.catalog(reg.id)
             entry = reg.to_json()
             entry["catalog"] = None if cat is None else cat.model_dump(mode="json", by_alias=True)
             out.append(entry)
+        out.extend({"id": b.id, "file": str(b.path), "problem": b.problem} for b in broken)
         click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
-    if not regs:
+    if not regs and not broken:
         click.echo("(no MCP servers; add one with `tavern-agent mcp add`)")
     for reg in regs:
         t = reg.transport
@@ -158,14 +159,22 @@ def mcp_list(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"{reg.id}  {reg.display_name!r}  {reg.state}  {t.type}: {where}")
         for line in _catalog_lines(reg, store.catalog(reg.id)):
             click.echo(line)
+    for bad in broken:
+        click.echo(f"{bad.id}  broken  {bad.path}")
+        click.echo(f"  problem: {bad.problem}")
+        click.echo(f"  skipped; fix the file or run `tavern-agent mcp remove {bad.id}`")
 
 
 @mcp_group.command("remove")
 @click.argument("ref")
 @click.pass_context
 def mcp_remove(ctx: click.Context, ref: str) -> None:
-    """Delete a registration and its cached catalog."""
+    """Delete a registration and its cached catalog (a broken file too, by its id)."""
     store = _store(ctx)
+    if any(b.id == ref for b in store.broken()):
+        store.remove(ref)
+        click.echo(f"{ref}: removed (it was broken)")
+        return
     reg = _find(store, ref)
     store.remove(reg.id)
     click.echo(f"{reg.id}: removed")

@@ -66,6 +66,7 @@ class McpManager:
         self.pool = ConnectionPool(self.store.log_path)
         self.pool.on_notification = self._notified
         self._refreshes: set[asyncio.Task[None]] = set()
+        self._reported: set[str] = set()  # broken registration diagnostics already logged
 
     async def __aenter__(self) -> Self:
         return self
@@ -157,7 +158,10 @@ class McpManager:
 
     def catalog(self, scene: Scene) -> Sequence[ToolDescriptor]:
         found: list[ToolDescriptor] = []
-        for reg in self.store.all():
+        regs, broken = self.store.scan()
+        for bad in broken:
+            self._report(bad.diagnostic)
+        for reg in regs:
             if reg.state != "active":
                 continue
             cached = self.store.catalog(reg.id)
@@ -176,6 +180,12 @@ class McpManager:
                 )
         return found
 
+    def _report(self, diagnostic: str) -> None:
+        """Log a broken registration once per manager, so a listing is not flooded."""
+        if diagnostic not in self._reported:
+            self._reported.add(diagnostic)
+            log.warning("%s", diagnostic)
+
     def availability(self, tool_id: ToolId) -> str | None:
         """Always ``None``: permission is checked in :meth:`invoke`, right before sending,
         so a refused call reaches the model as ``mcp.permission_denied``."""
@@ -192,8 +202,12 @@ class McpManager:
         try:
             reg = self.store.get(tool_id.source)
         except RegistrationError as exc:
-            log.warning("mcp: unreadable registration: %s", exc)
-            reg = None
+            self._report(str(exc))
+            return _fail(
+                ErrorCode.MCP_SERVER_UNAVAILABLE,
+                f"{name} is unavailable: the registration file of its MCP server is broken. "
+                f"{not_sent}; do without it.",
+            )
         if reg is None:
             return _fail(
                 ErrorCode.MCP_PERMISSION_DENIED,
