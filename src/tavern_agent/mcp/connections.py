@@ -3,7 +3,10 @@
 Each connection runs in its own task, which enters the SDK's transport and
 ``ClientSession`` context managers and leaves them again (anyio requires the
 same task for both). Calls from any task use the session. A stdio server's
-stderr goes to a per-server log file, never to the terminal. When the stream
+stderr goes to a capped per-server log file, never to the terminal. A response
+the SDK cannot parse (a ``result`` that is not an object, or neither ``result``
+nor ``error``) is turned into a parse-error response for its request at once,
+as the SDK's HTTP transport does, instead of leaving the call to time out. When the stream
 from the server ends (a crash), the connection is marked dead; the next use
 starts a new one, after a backoff that grows with consecutive crashes.
 """
@@ -22,11 +25,15 @@ from types import TracebackType
 from typing import Any, Self
 
 import anyio
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp.client.session import ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
+from mcp_types import PARSE_ERROR
+from pydantic import ValidationError
 
+from tavern_agent.mcp.logs import StderrPipe
 from tavern_agent.mcp.registrations import HttpTransport, Registration, StdioTransport
 
 log = logging.getLogger(__name__)
@@ -39,8 +46,33 @@ class ConnectError(Exception):
     """The server could not be started or reached; nothing was sent."""
 
 
+MALFORMED_PREFIX = "Failed to parse the server's response"
+
+
+def _as_error_response(exc: Exception) -> SessionMessage | None:
+    """A parse-error response for the request a malformed response answered, if any.
+
+    Only a JSON object with an ``id`` and no ``method`` is a response; anything
+    else (garbage, a broken request or notification) has no waiter to wake.
+    """
+    if not isinstance(exc, ValidationError):
+        return None
+    for error in exc.errors():
+        found = error.get("input")
+        if isinstance(found, dict) and "method" not in found:
+            req_id = found.get("id")
+            if isinstance(req_id, str | int) and not isinstance(req_id, bool):
+                what = error["msg"] if "result" in found else "it has neither result nor error"
+                if "result" in found and not isinstance(found["result"], dict):
+                    what = "its result is not an object"
+                data = types.ErrorData(code=PARSE_ERROR, message=f"{MALFORMED_PREFIX}: {what}")
+                return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=req_id, error=data))
+    return None
+
+
 class _WatchedReadStream:
-    """The transport's read stream, noting when it ends (the server went away)."""
+    """The transport's read stream, noting when it ends (the server went away) and
+    answering a request at once when its response cannot be parsed."""
 
     def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
         self._inner = inner
@@ -56,6 +88,8 @@ class _WatchedReadStream:
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._on_end()
             raise
+        if isinstance(item, Exception):
+            return _as_error_response(item) or item
         return item
 
     async def aclose(self) -> None:
@@ -87,12 +121,17 @@ class Connection:
     """One live session to one server."""
 
     def __init__(
-        self, reg: Registration, log_path: Path, on_notification: Callable[[Any], None]
+        self,
+        reg: Registration,
+        log_path: Path,
+        on_notification: Callable[[Any], None],
+        elicitation: ElicitationFnT | None = None,
     ) -> None:
         self.transport = reg.transport
         self.reg_id = reg.id
         self.log_path = log_path
         self._on_notification = on_notification
+        self._elicitation = elicitation
         self._stop = asyncio.Event()
         self._ended = False
         self._task: asyncio.Task[None] | None = None
@@ -137,7 +176,12 @@ class Connection:
                 read, write = await self._open(stack)
                 watched = _WatchedReadStream(read, self.mark_dead)
                 session = await stack.enter_async_context(
-                    ClientSession(watched, write, message_handler=self._message)
+                    ClientSession(
+                        watched,
+                        write,
+                        message_handler=self._message,
+                        elicitation_callback=self._elicitation,
+                    )
                 )
                 await session.initialize()
                 ready.set_result(session)
@@ -159,10 +203,10 @@ class Connection:
     async def _open(self, stack: AsyncExitStack) -> tuple[Any, Any]:
         transport = self.transport
         if isinstance(transport, StdioTransport):
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            errlog = stack.enter_context(open(self.log_path, "a", encoding="utf-8"))  # noqa: SIM115
-            errlog.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {transport.command}\n")
-            errlog.flush()
+            header = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {transport.command}\n"
+            pipe = StderrPipe(self.log_path, header)
+            stack.callback(pipe.close)
+            errlog = pipe.writer
             params = StdioServerParameters(
                 command=transport.command,
                 args=list(transport.args),
@@ -211,6 +255,8 @@ class ConnectionPool:
         self._locks: dict[str, asyncio.Lock] = {}
         self._crashes: dict[str, tuple[int, float]] = {}  # id → (consecutive, monotonic time)
         self.on_notification: Callable[[str, Any], None] = lambda reg_id, message: None
+        # The answer to a server's elicitation request, per registration id.
+        self.elicitation: Callable[[str], ElicitationFnT | None] = lambda reg_id: None
 
     def current(self, reg_id: str) -> Connection | None:
         conn = self._connections.get(reg_id)
@@ -232,7 +278,12 @@ class ConnectionPool:
                 self._connections.pop(reg.id, None)
                 await conn.close()
             await self._backoff(reg.id)
-            fresh = Connection(reg, self._log_path(reg.id), partial(self._notify, reg.id))
+            fresh = Connection(
+                reg,
+                self._log_path(reg.id),
+                partial(self._notify, reg.id),
+                self.elicitation(reg.id),
+            )
             try:
                 await fresh.start(reg.timeouts.connect_seconds)
             except ConnectError:
