@@ -34,6 +34,7 @@ from mcp_types import PARSE_ERROR
 from pydantic import ValidationError
 
 from tavern_agent.mcp.logs import StderrPipe
+from tavern_agent.mcp.oauth import FileTokenStorage, run_auth
 from tavern_agent.mcp.registrations import HttpTransport, Registration, StdioTransport
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,10 @@ _CLOSE_WAIT = 5.0
 
 class ConnectError(Exception):
     """The server could not be started or reached; nothing was sent."""
+
+    def __init__(self, message: str, *, login_needed: bool = False) -> None:
+        super().__init__(message)
+        self.login_needed = login_needed
 
 
 MALFORMED_PREFIX = "Failed to parse the server's response"
@@ -126,10 +131,14 @@ class Connection:
         log_path: Path,
         on_notification: Callable[[Any], None],
         elicitation: ElicitationFnT | None = None,
+        token_path: Path | None = None,
     ) -> None:
         self.transport = reg.transport
         self.reg_id = reg.id
         self.log_path = log_path
+        self.token_path = token_path
+        # Set when an HTTP server answered 401 and only `mcp login` can help.
+        self.login_needed = False
         self._on_notification = on_notification
         self._elicitation = elicitation
         self._stop = asyncio.Event()
@@ -157,10 +166,12 @@ class Connection:
                 self.session = await asyncio.shield(ready)
         except BaseException as exc:
             await self.close()
+            if self.login_needed and isinstance(exc, Exception):
+                raise ConnectError("the server needs a login", login_needed=True) from None
             if isinstance(exc, TimeoutError):
                 raise ConnectError(f"no answer to initialize within {timeout:g} s") from None
             if isinstance(exc, Exception):
-                raise ConnectError(_describe(exc)) from exc
+                raise ConnectError(describe_error(exc)) from exc
             raise
         return self.session
 
@@ -216,12 +227,22 @@ class Connection:
             streams = await stack.enter_async_context(stdio_client(params, errlog=errlog))
             return streams[0], streams[1]
         assert isinstance(transport, HttpTransport)
-        client = create_mcp_http_client(headers=dict(transport.headers) or None)
+        auth = None
+        if self.token_path is not None:
+            auth = run_auth(transport.url, FileTokenStorage(self.token_path), self._needs_login)
+        client = create_mcp_http_client(headers=dict(transport.headers) or None, auth=auth)
         await stack.enter_async_context(client)
         streams = await stack.enter_async_context(
             streamable_http_client(transport.url, http_client=client)
         )
         return streams[0], streams[1]
+
+    def _needs_login(self) -> None:
+        """The server refused our token (or we have none): stop, so a waiting call
+        is answered at once instead of at its timeout."""
+        self.login_needed = True
+        self._ended = True
+        self._stop.set()
 
     async def close(self) -> None:
         self._stop.set()
@@ -239,9 +260,10 @@ class Connection:
             log.debug("mcp %s: error while closing", self.reg_id, exc_info=True)
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
+    """An exception's message, the messages of a group's members joined."""
     if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(e) for e in exc.exceptions)
+        return "; ".join(describe_error(e) for e in exc.exceptions)
     text = str(exc) or type(exc).__name__
     return text
 
@@ -249,8 +271,13 @@ def _describe(exc: BaseException) -> str:
 class ConnectionPool:
     """The live connections of one manager, by registration id."""
 
-    def __init__(self, log_path: Callable[[str], Path]) -> None:
+    def __init__(
+        self,
+        log_path: Callable[[str], Path],
+        token_path: Callable[[str], Path] | None = None,
+    ) -> None:
         self._log_path = log_path
+        self._token_path = token_path
         self._connections: dict[str, Connection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._crashes: dict[str, tuple[int, float]] = {}  # id → (consecutive, monotonic time)
@@ -283,6 +310,7 @@ class ConnectionPool:
                 self._log_path(reg.id),
                 partial(self._notify, reg.id),
                 self.elicitation(reg.id),
+                self._token_path(reg.id) if self._token_path is not None else None,
             )
             try:
                 await fresh.start(reg.timeouts.connect_seconds)

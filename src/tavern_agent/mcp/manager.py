@@ -87,7 +87,7 @@ class McpManager:
         self.store = RegistrationStore(data_dir)
         self.approver = approver or policy_approver("decline")
         self.result_files = result_files
-        self.pool = ConnectionPool(self.store.log_path)
+        self.pool = ConnectionPool(self.store.log_path, self.store.oauth_path)
         capture_sdk_logs(self.store.logs_dir / "sdk.log")
         self.pool.on_notification = self._notified
         self.pool.elicitation = self._elicitation
@@ -121,6 +121,10 @@ class McpManager:
         try:
             conn = await self.pool.get(reg)
         except ConnectError as exc:
+            if exc.login_needed:
+                raise RegistrationError(
+                    f"{reg.id}: the server needs a login; run `tavern-agent mcp login {reg.id}`"
+                ) from None
             raise RegistrationError(f"{reg.id}: could not connect: {exc}") from None
         return await self._list_and_store(reg, conn)
 
@@ -304,6 +308,8 @@ class McpManager:
         try:
             conn = await self.pool.get(reg)
         except ConnectError as exc:
+            if exc.login_needed:
+                return self._login_required(reg, name)
             return _fail(
                 ErrorCode.MCP_SERVER_UNAVAILABLE,
                 f"{name} could not reach its MCP server ({exc}). {not_sent}; "
@@ -329,6 +335,8 @@ class McpManager:
             async with asyncio.timeout(seconds):
                 result = await conn.session.call_tool(tool, arguments)
         except MCPError as exc:
+            if conn.login_needed:
+                return self._login_required(reg, name)
             if _connection_lost(exc, conn):
                 conn.mark_dead()
                 return self._unknown(name, "lost its server connection mid-call", unknown, exc)
@@ -346,6 +354,8 @@ class McpManager:
                 raw=exc.error.model_dump(mode="json"),
             )
         except TimeoutError as exc:
+            if conn.login_needed:
+                return self._login_required(reg, name)
             return self._unknown(name, f"got no answer within {seconds:g} s", unknown, exc)
         except (ValidationError, RuntimeError) as exc:
             detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
@@ -354,6 +364,8 @@ class McpManager:
                 f"{name} sent a reply that is not a valid tool result ({detail}).",
             )
         except Exception as exc:  # transport failures after sending: the outcome is unknown
+            if conn.login_needed:
+                return self._login_required(reg, name)
             log.warning("mcp %s: call to %s failed", reg.id, tool, exc_info=True)
             conn.mark_dead()
             return self._unknown(name, "lost its server connection mid-call", unknown, exc)
@@ -364,6 +376,14 @@ class McpManager:
             context.result_files or self.result_files,
             server=reg.display_name,
             tool=name,
+        )
+
+    def _login_required(self, reg: Registration, name: str) -> ExternalReceipt:
+        return _fail(
+            ErrorCode.MCP_LOGIN_REQUIRED,
+            f"{name} is unavailable: its MCP server {reg.display_name} needs a login "
+            "(none yet, or it was revoked). The call was not sent; ask the person to run "
+            f"`tavern-agent mcp login {reg.id}`, or do without it.",
         )
 
     def _unknown(self, name: str, what: str, advice: str, exc: BaseException) -> ExternalReceipt:

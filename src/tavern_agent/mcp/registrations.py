@@ -202,6 +202,7 @@ class RegistrationStore:
         self.registrations_dir = self.root / "registrations"
         self.catalog_dir = self.root / "catalog"
         self.logs_dir = self.root / "logs"
+        self.oauth_dir = self.root / "oauth"
         self._cache: dict[Path, _Cached] = {}
 
     # ------------------------------------------------------------ reading
@@ -330,6 +331,7 @@ class RegistrationStore:
         for path in (
             self.registrations_dir / f"{reg_id}.json",
             self.catalog_dir / f"{reg_id}.json",
+            self.oauth_path(reg_id),
         ):
             try:
                 path.unlink()
@@ -341,6 +343,10 @@ class RegistrationStore:
 
     def log_path(self, reg_id: str) -> Path:
         return self.logs_dir / f"{reg_id}.log"
+
+    def oauth_path(self, reg_id: str) -> Path:
+        """The OAuth client registration and tokens of an HTTP server (mode 0600)."""
+        return self.oauth_dir / f"{reg_id}.json"
 
 
 def _first_error(exc: ValidationError) -> str:
