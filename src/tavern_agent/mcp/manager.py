@@ -36,6 +36,7 @@ from tavern_agent.mcp.connections import (
     ConnectError,
     Connection,
     ConnectionPool,
+    describe_error,
 )
 from tavern_agent.mcp.logs import capture_sdk_logs
 from tavern_agent.mcp.registrations import (
@@ -126,7 +127,16 @@ class McpManager:
                     f"{reg.id}: the server needs a login; run `tavern-agent mcp login {reg.id}`"
                 ) from None
             raise RegistrationError(f"{reg.id}: could not connect: {exc}") from None
-        return await self._list_and_store(reg, conn)
+        try:
+            return await self._list_and_store(reg, conn)
+        except RegistrationError:
+            raise
+        except Exception as exc:  # the server's error or a lost connection: a message
+            if conn.login_needed:
+                raise RegistrationError(
+                    f"{reg.id}: the server needs a login; run `tavern-agent mcp login {reg.id}`"
+                ) from None
+            raise RegistrationError(f"{reg.id}: tools/list failed: {describe_error(exc)}") from None
 
     async def _list_and_store(self, reg: Registration, conn: Connection) -> DiscoveredCatalog:
         assert conn.session is not None
@@ -382,7 +392,8 @@ class McpManager:
         return _fail(
             ErrorCode.MCP_LOGIN_REQUIRED,
             f"{name} is unavailable: its MCP server {reg.display_name} needs a login "
-            "(none yet, or it was revoked). The call was not sent; ask the person to run "
+            "(none yet, the token was revoked, or the tool needs more permissions). "
+            "The call was not sent; ask the person to run "
             f"`tavern-agent mcp login {reg.id}`, or do without it.",
         )
 
