@@ -20,17 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
-from tavern_agent.core.profile import Profile
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ToolCatalog
-from tavern_agent.tools.dispatch import Dispatcher
 from tavern_agent.tools.gate import ToolRequestGate
-from tavern_agent.tools.snapshot import build_snapshot
-from tavern_agent.workspace.roots import RootPolicy
-from tavern_agent.workspace.store import Workspace
 
 WORDS = [
     "the",
@@ -73,11 +67,12 @@ def generate(root: Path, files: int, total_mb: int, seed: int = 1) -> None:
         (folder / f"f{i:05d}.md").write_text("".join(parts))
 
 
-def make_gate(ws: Workspace) -> ToolRequestGate:
-    catalog = ToolCatalog(builtin_registry())
-    profile = Profile.allowing([d.tool_id for d in catalog.descriptors(Scene.CHAT)])
-    snapshot = build_snapshot(catalog, profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "bench")
-    return ToolRequestGate(snapshot, Dispatcher(catalog), workspace=ws)
+def make_gate(root: Path) -> ToolRequestGate:
+    assembly = Assembly(root / "data")
+    profile = assembly.everything(Scene.CHAT)
+    snapshot = assembly.snapshot(profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "bench")
+    ws = assembly.workspace(root, Scene.CHAT, profile)
+    return assembly.gate(snapshot, run_id="run_bench", workspace=ws)
 
 
 def timed(fn: object, repeat: int) -> tuple[float, object]:
@@ -100,8 +95,7 @@ def main() -> None:
     try:
         print(f"generating {args.files:,} files, {args.mb} MB …", flush=True)
         generate(tmp, args.files, args.mb)
-        ws = Workspace(tmp, RootPolicy.for_scene(Scene.CHAT))
-        gate = make_gate(ws)
+        gate = make_gate(tmp)
         rows = []
         for label, pattern, flags in [
             ("literal", "NEEDLE_literal", []),
