@@ -182,6 +182,25 @@ async def test_search_caps_lines_and_cuts_long_ones(agent: Agent, ws: Workspace)
     assert "yhitz" in line and len(line) < 340
 
 
+async def test_case_insensitive_literals_find_every_case(agent: Agent, ws: Workspace) -> None:
+    # "(?i)orc_id-7" is first searched for its caseless run "-7"; every file holding a
+    # match in any case, Unicode folds included, is still found.
+    (ws.root / "scratch").mkdir()
+    (ws.root / "scratch/a.md").write_text("x\nthe ORC_ID-7 here\n")
+    (ws.root / "scratch/b.md").write_text("orc_id 7 (no dash)\n")  # the caseless run is absent
+    (ws.root / "scratch/c.md").write_text("Orc_\u212aey-7\n")  # KELVIN SIGN folds to k
+    (ws.root / "scratch/d.md").write_text("ORC_ID-8\n")
+    result = await agent(SEARCH, pattern="(?i)orc_id-7", path="scratch")
+    assert result.content.splitlines() == [
+        "scratch/a.md:2: the ORC_ID-7 here",
+        "[1 matching lines in 1 files]",
+    ]
+    kelvin = await agent(SEARCH, pattern="(?i)orc_key-7", path="scratch")
+    assert kelvin.content.splitlines()[0] == "scratch/c.md:1: Orc_\u212aey-7"
+    words = await agent(SEARCH, pattern="(?i)ORC", path="scratch")
+    assert words.structured["files"] == 4
+
+
 async def test_two_concurrent_patches_one_wins(ws: Workspace) -> None:
     first, second = Agent(ws), Agent(ws)
     await first(WRITE, file_path="output/main.md", content="alpha beta\n")

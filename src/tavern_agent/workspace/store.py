@@ -372,15 +372,19 @@ def _read_at_most(fd: int, max_bytes: int) -> bytes | None:
     expected = os.fstat(fd).st_size
     if expected > max_bytes:
         return None
-    chunks: list[bytes] = []
-    size = 0
-    # Ask for one byte more than stat said, so a file that grew is read whole too.
-    while chunk := os.read(fd, max(expected - size, 0) + 1):
+    # Ask for one byte more than stat said: a short read is the end of the file (one
+    # read for the usual file), a full one means it grew, so read on.
+    data = os.read(fd, expected + 1)
+    if len(data) <= expected:
+        return data
+    chunks = [data]
+    size = len(data)
+    while chunk := os.read(fd, 1 << 20):
         chunks.append(chunk)
         size += len(chunk)
         if size > max_bytes:
             return None
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return b"".join(chunks)
 
 
 def _is_link(dir_fd: int, name: str) -> bool:
