@@ -160,10 +160,13 @@ def main() -> None:
             call = ToolCall("r", "workspace_read_file", {"file_path": "scratch/big.txt"})
             return asyncio.run(gate.handle(call)).result.content
 
+        fresh = median_ms(preview, args.repeat)
+        time.sleep(1.1)  # a file changed in the last second is read whole (see read_state)
         ms = median_ms(preview, args.repeat)
         print(
             f"\nread_file preview of a 50 MB file: {ms:.1f} ms (median of {args.repeat}; "
-            f"goal < 50 ms: {'met' if ms < 50 else 'NOT met'})"
+            f"goal < 50 ms: {'met' if ms < 50 else 'NOT met'}); "
+            f"the same file changed < 1 s before, read whole: {fresh:.1f} ms"
         )
         big.unlink()
     finally:

@@ -230,6 +230,12 @@ class Workspace:
 
     def read_bytes(self, path: str) -> bytes:
         """The whole file; ``FileNotFoundError`` / ``IsADirectoryError`` as usual."""
+        with self.open_file(path) as fd, os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read()
+
+    @contextlib.contextmanager
+    def open_file(self, path: str) -> Iterator[int]:
+        """A read-only descriptor of the file (closed on exit); errors as :meth:`read_bytes`."""
         folders, name = self._split(path)
         with self._dir(path, folders) as dfd:
             try:
@@ -238,10 +244,12 @@ class Workspace:
                 if exc.errno == errno.ELOOP:
                     raise self._link_error(dfd, name, path) from None
                 raise
-            with os.fdopen(fd, "rb") as handle:
-                if stat.S_ISDIR(os.fstat(handle.fileno()).st_mode):
-                    raise IsADirectoryError(path)
-                return handle.read()
+        try:
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise IsADirectoryError(path)
+            yield fd
+        finally:
+            os.close(fd)
 
     def walk(self, path: str, max_depth: int) -> Iterator[Entry]:
         """Entries below a folder, sorted, depth-first, links skipped."""
