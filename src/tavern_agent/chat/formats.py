@@ -192,6 +192,20 @@ class ChatFile:
         """The header's user name; empty when SillyTavern wrote ``"unused"`` there."""
         return _header_name(self.header.get("user_name"))
 
+    def speaker(self, *, user: bool) -> str:
+        """Who the chat is with (or, ``user=True``, who the user is).
+
+        The header's name, else the newest speaker of that side (a 1.13+
+        header only says ``"unused"``); empty when neither is known.
+        """
+        name = self.user_name if user else self.character_name
+        if name:
+            return name
+        for message in reversed(self.messages):
+            if message.is_user == user and message.name and not message.is_system:
+                return message.name
+        return ""
+
     def stable_id(self, fallback: str) -> str:
         """``chat_metadata.integrity``; without one, ``fallback`` plus the creation date."""
         if self.integrity:
