@@ -14,7 +14,7 @@ from ``tavern_agent.tools.builtin.dice``) with a ``random.Random`` seeded alike,
 ``async`` functions in one event loop, so only the tool layer differs. The call objects
 (what a provider adapter would hand over) are built outside the timed region.
 
-Part 2 times ``build_snapshot`` for a catalog of 1,000 MCP tools for each model protocol.
+Part 2 times ``Assembly.snapshot`` for a catalog of 1,000 MCP tools for each model protocol.
 
 Run: ``python benchmarks/gate_overhead.py [--quick]``. It prints numbers and goals and
 never fails on timing.
@@ -30,11 +30,13 @@ import os
 import platform
 import random
 import statistics
+import tempfile
 import time
 import timeit
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from agents import RunContextWrapper, function_tool
@@ -48,19 +50,18 @@ from pydantic_ai.tool_manager import ToolManager
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai.usage import RunUsage
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core import schema_adapt
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene, ToolDescriptor
 from tavern_agent.core.ids import ToolId
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Limits, Profile
-from tavern_agent.tools.builtin import builtin_registry
 from tavern_agent.tools.builtin.dice import roll_dice
-from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource, ToolCatalog
+from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource
 from tavern_agent.tools.context import CallContext
-from tavern_agent.tools.dispatch import Dispatcher
 from tavern_agent.tools.gate import ToolRequestGate
-from tavern_agent.tools.snapshot import ToolSnapshot, build_snapshot
+from tavern_agent.tools.snapshot import ToolSnapshot
 
 RAW_ARGS = '{"formula":"3d6+4"}'
 TOOL_NAME = "dice_roll"
@@ -102,21 +103,20 @@ def _call_ids(start: int, n: int) -> list[str]:
 
 
 def tavern_contender() -> Contender:
-    """``ToolRequestGate`` over a snapshot of the built-in catalog (as cli.py builds it)."""
-    catalog = ToolCatalog(builtin_registry())
-    ids = [d.tool_id for d in catalog.descriptors(Scene.CHAT)]
+    """``ToolRequestGate`` over a snapshot of the built-in catalog, built by the assembly."""
+    assembly = Assembly(Path(tempfile.mkdtemp(prefix="gate-bench-")))
+    ids = [d.tool_id for d in assembly.catalog.descriptors(Scene.CHAT)]
     # A high call budget so thousands of calls never hit the 80-call default.
     profile = Profile.allowing(ids).model_copy(
         update={"limits": Limits(max_calls_per_invocation=100_000)}
     )
-    snapshot = build_snapshot(catalog, profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv_bench")
-    dispatcher = Dispatcher(catalog)
+    snapshot = assembly.snapshot(profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv_bench")
     rng = random.Random(SEED)
     state: dict[str, ToolRequestGate] = {}
 
     def new_round() -> None:
         # One gate per "invocation"; a round stays far below its call budget.
-        state["gate"] = ToolRequestGate(snapshot, dispatcher, run_id="bench", rng=rng)
+        state["gate"] = assembly.gate(snapshot, run_id="bench", rng=rng)
 
     new_round()
 
@@ -401,8 +401,10 @@ def measure_snapshots(
     source = InMemoryToolSource()
     for d in external_descriptors(EXTERNAL_TOOLS):
         source.add(d, _noop_handler)
-    catalog = ToolCatalog(builtin_registry(), mcp=source)
-    profile = Profile.allowing([d.tool_id for d in catalog.descriptors(Scene.CHAT)], "bench")
+    assembly = Assembly(Path(tempfile.mkdtemp(prefix="snapshot-bench-")), mcp=source)
+    profile = Profile.allowing(
+        [d.tool_id for d in assembly.catalog.descriptors(Scene.CHAT)], "bench"
+    )
     timings: dict[ModelProtocol, list[float]] = {p: [] for p in ModelProtocol}
     cold: dict[ModelProtocol, float] = {}
     tool_count = 0
@@ -410,14 +412,14 @@ def measure_snapshots(
         schema_adapt._GEMINI_CACHE.clear()
         fresh = Profile.model_validate(profile.model_dump())
         t0 = time.perf_counter_ns()
-        snap: ToolSnapshot = build_snapshot(catalog, fresh, Scene.CHAT, protocol, "cold")
+        snap: ToolSnapshot = assembly.snapshot(fresh, Scene.CHAT, protocol, "cold")
         cold[protocol] = (time.perf_counter_ns() - t0) / 1e6
         tool_count = len(snap.bindings)
     for rep in range(reps):
         for protocol in ModelProtocol:
             gc.collect()
             t0 = time.perf_counter_ns()
-            build_snapshot(catalog, profile, Scene.CHAT, protocol, f"inv_{rep}")
+            assembly.snapshot(profile, Scene.CHAT, protocol, f"inv_{rep}")
             timings[protocol].append((time.perf_counter_ns() - t0) / 1e6)
     return tool_count, timings, cold
 
@@ -572,7 +574,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
     tool_count, timings, cold = measure_snapshots(reps)
     print(
-        f"2. build_snapshot of {EXTERNAL_TOOLS:,} MCP tools ({tool_count:,} bindings with the "
+        f"2. Assembly.snapshot of {EXTERNAL_TOOLS:,} MCP tools ({tool_count:,} bindings with the "
         f"built-ins): the first build with empty caches, then the median of {reps} builds"
     )
     print()

@@ -327,22 +327,6 @@ def parse_chat(data: bytes, *, known: Callable[[bytes], bool] | None = None) -> 
     return chat
 
 
-def new_chat(
-    character_name: str, user_name: str = "User", *, integrity: str | None = None
-) -> ChatFile:
-    """An empty chat with a header as SillyTavern creates it."""
-    meta: dict[str, Any] = {}
-    if integrity:
-        meta["integrity"] = integrity
-    header = {
-        "user_name": user_name,
-        "character_name": character_name,
-        "create_date": send_date(),
-        "chat_metadata": meta,
-    }
-    return ChatFile(header, [])
-
-
 def new_message(
     name: str,
     text: str,

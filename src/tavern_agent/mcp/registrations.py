@@ -29,7 +29,6 @@ from tavern_agent.fsutil import atomic_write
 
 Permission = Literal["allow", "ask", "off"]
 State = Literal["active", "paused"]
-PERMISSIONS: tuple[Permission, ...] = ("allow", "ask", "off")
 DEFAULT_CALL_SECONDS = 60.0
 DEFAULT_CONNECT_SECONDS = 30.0
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -73,9 +72,6 @@ class HttpTransport(_Model):
                 "set allowRemote (CLI: --allow-remote) to use a remote server"
             )
         return self
-
-
-Transport = StdioTransport | HttpTransport
 
 
 class Timeouts(_Model):
