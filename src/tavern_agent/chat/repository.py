@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tavern_agent.chat.dates import chat_date_format, send_date
-from tavern_agent.chat.formats import ChatFile, ChatMessage, new_chat, new_message, parse_chat
+from tavern_agent.chat.formats import ChatFile, ChatMessage, new_message, parse_chat
 from tavern_agent.fsutil import ChangedMeanwhile, atomic_write
 
 AGENT_KEY = "agent"  # extra.agent holds the run's metadata on a committed message
@@ -177,7 +177,8 @@ def _append(chat: ChatFile, commit: ChatCommit, merged: str) -> CommitReceipt:
     """The commit as a new message at the end, signed and dated as the chat's own."""
     name = commit.name or chat.speaker(user=False) or "Assistant"
     if not chat.has_header and not chat.messages:  # an empty file: give it a header
-        chat.header = new_chat(name, chat.speaker(user=True) or "User").header
+        user = chat.speaker(user=True) or "User"
+        chat.header = {"user_name": user, "character_name": name, "chat_metadata": {}}
         chat.has_header = True
     dates = (m.raw.get("send_date") for m in reversed(chat.messages))
     date = send_date(fmt=chat_date_format(dates))
