@@ -194,13 +194,7 @@ class _Translator:
             self.opened += 1
             self.stack.append(self.opened)
             return "("
-        for js, py in (
-            ("?:", "(?:"),
-            ("?=", "(?="),
-            ("?!", "(?!"),
-            ("?<=", "(?<="),
-            ("?<!", "(?<!"),
-        ):
+        for js in ("?:", "?=", "?!", "?<=", "?<!"):  # the same in Python
             if rest.startswith(js):
                 self.at += len(js)
                 self.stack.append(None)
