@@ -642,7 +642,7 @@ class AgentTasks:
         inv_id = f"inv_{secrets.token_hex(6)}"
         snapshot = run.assembly.snapshot(target, run.scene, run.protocol, inv_id)
         snapshot.save(run.run_dir / run_layout.snapshot_file(inv_id))
-        character = run.chat.chat().character_name if run.chat is not None else ""
+        character = run.chat.input.character if run.chat is not None else ""
         system = system_prompt(target, snapshot, character)
         listing = directory(self.source, target, snapshot)
         if listing:
