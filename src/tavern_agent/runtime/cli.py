@@ -30,6 +30,7 @@ from tavern_agent.cli_options import mcp_ask_option
 from tavern_agent.config import resolve_profile
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
+from tavern_agent.core.redact import MASK
 from tavern_agent.mcp.approval import approver_for
 from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ModelGateway, ReplayGateway
 from tavern_agent.runtime.journal import Event, read_events
@@ -120,8 +121,13 @@ def _gateway(
         if record.get("kind") == "replay":
             replay = Path(record["dir"])
         elif record.get("kind") == "http":
-            model, base_url = record["model"], record["baseUrl"]
+            model, base_url = record["model"], base_url or record["baseUrl"]
             protocol, api_key_env = record["protocol"], record.get("apiKeyEnv") or api_key_env
+            if f"{MASK}@" in base_url:
+                raise click.UsageError(
+                    "the run's base URL held credentials, which are never stored: "
+                    "resume with --base-url URL"
+                )
     if replay is not None:
         try:
             gateway = ReplayGateway(replay)
