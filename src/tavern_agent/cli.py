@@ -15,7 +15,7 @@ import click
 
 from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly, ChatSource
-from tavern_agent.chat.formats import ChatFormatError, parse_card, parse_world
+from tavern_agent.chat.formats import ChatFormatError
 from tavern_agent.chat.run_input import ChatRun
 from tavern_agent.cli_options import mcp_ask_option
 from tavern_agent.config import default_data_dir, profiles_dir, resolve_profile
@@ -27,6 +27,7 @@ from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.core.results import CommitRequested, ExecutedCall
 from tavern_agent.extensions.cli import load_modules, serve_command
 from tavern_agent.fsutil import atomic_write
+from tavern_agent.inputs import InputError, load_card, load_world
 from tavern_agent.mcp.approval import approver_for
 from tavern_agent.mcp.cli import mcp_group
 from tavern_agent.runtime.cli import run_command, runs_group
@@ -327,9 +328,9 @@ def _chat_source(
 ) -> ChatSource:
     """The chat side of a CLI call: the chat, its world info files and card."""
     try:
-        books = tuple(parse_world(p.read_bytes(), p.stem) for p in world_files)
-        card = parse_card(character_file.read_bytes()) if character_file is not None else None
-    except (ChatFormatError, ValueError) as exc:
+        books = tuple(load_world(p) for p in world_files)
+        card = load_card(character_file) if character_file is not None else None
+    except InputError as exc:
         raise click.UsageError(str(exc)) from None
     return ChatSource(chat_file, books, card, seed)
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tavern_agent.core import json_input
+
 # ---------------------------------------------------------------- chat JSONL
 
 
@@ -181,9 +183,9 @@ class ChatFile:
 
 def _message_object(line: bytes, number: int) -> dict[str, Any]:
     try:
-        obj = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ChatFormatError(f"line {number} is not JSON: {exc}") from None
+        obj = json_input.loads(line)
+    except json_input.JsonInputError as exc:
+        raise ChatFormatError(f"line {number}: {exc}") from None
     if not isinstance(obj, dict):
         raise ChatFormatError(f"line {number} is not a JSON object")
     return obj
@@ -402,7 +404,10 @@ class WorldBook:
 
 def parse_world(data: bytes | Mapping[str, Any], name: str) -> WorldBook:
     """A SillyTavern world info file, or a card's ``character_book`` (converted)."""
-    obj = json.loads(data) if isinstance(data, bytes) else copy.deepcopy(dict(data))
+    try:
+        obj = json_input.loads(data) if isinstance(data, bytes) else copy.deepcopy(dict(data))
+    except (json_input.JsonInputError, RecursionError) as exc:
+        raise ChatFormatError(json_input.describe(exc)) from None
     if not isinstance(obj, dict):
         raise ChatFormatError("world info must be a JSON object")
     entries = obj.get("entries")
@@ -517,9 +522,9 @@ def parse_card(data: bytes) -> CharacterCard:
         else:
             raise ChatFormatError("the PNG has no chara or ccv3 text chunk")
     try:
-        obj = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ChatFormatError(f"the card is not JSON: {exc}") from None
+        obj = json_input.loads(data)
+    except json_input.JsonInputError as exc:
+        raise ChatFormatError(str(exc)) from None
     if not isinstance(obj, dict):
         raise ChatFormatError("a card must be a JSON object")
     return CharacterCard(obj)

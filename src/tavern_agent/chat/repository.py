@@ -22,7 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from tavern_agent.chat.formats import ChatFile, ChatMessage, new_message, parse_chat
+from tavern_agent.chat.formats import (
+    ChatFile,
+    ChatFormatError,
+    ChatMessage,
+    new_message,
+    parse_chat,
+)
 from tavern_agent.fsutil import atomic_write
 
 AGENT_KEY = "agent"  # extra.agent holds the run's metadata on a committed message
@@ -70,7 +76,13 @@ class FileChatRepository:
         return self.path.stem
 
     def load(self) -> ChatFile:
-        return parse_chat(self.path.read_bytes())
+        return self._parse(self.path.read_bytes())
+
+    def _parse(self, data: bytes) -> ChatFile:
+        try:
+            return parse_chat(data)
+        except ChatFormatError as exc:  # name the file: a user may pass several
+            raise ChatFormatError(f"{self.path}: {exc}") from None
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[bytes]:
@@ -94,7 +106,7 @@ class FileChatRepository:
 
     def apply_commit(self, commit: ChatCommit) -> CommitReceipt:
         with self._locked() as data:
-            chat = parse_chat(data)
+            chat = self._parse(data)
             receipt = apply_to_chat(chat, commit)
             atomic_write(self.path, chat.encode(), follow_link=True)
         return receipt

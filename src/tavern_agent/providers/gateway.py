@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import httpx
 
 from tavern_agent import run_layout
+from tavern_agent.core import json_input
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.redact import Redactor, url_secrets, url_without_userinfo
 from tavern_agent.providers.registry import codec_for
@@ -138,11 +139,14 @@ class ReplayGateway:
             what = f"round {request.round} of delegated child {request.child + 1}"
         else:
             raise ModelError(f"the recording started only {len(self.children)} delegated children")
+        path = self.run_dir / ref
         try:
-            data = json.loads((self.run_dir / ref).read_text(encoding="utf-8"))
+            return reply_from_json(json_input.loads(path.read_bytes()))
         except FileNotFoundError:
             raise ModelError(f"the recording has no response for {what}") from None
-        return reply_from_json(data)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            why = json_input.describe(exc)
+            raise ModelError(f"{path}: not a recorded response: {why}") from None
 
     async def aclose(self) -> None:
         return None

@@ -21,15 +21,14 @@ from tavern_agent.chat.formats import (
     CharacterCard,
     ChatFormatError,
     WorldBook,
-    parse_card,
     parse_chat,
-    parse_world,
 )
 from tavern_agent.cli_options import mcp_ask_option
 from tavern_agent.config import resolve_profile
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.core.redact import MASK
+from tavern_agent.inputs import InputError, load_card, load_world
 from tavern_agent.mcp.approval import approver_for
 from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ModelGateway, ReplayGateway
 from tavern_agent.runtime.journal import Event, read_events
@@ -151,9 +150,9 @@ def _load_inputs(
     character: Path | None, worlds: Sequence[Path]
 ) -> tuple[CharacterCard | None, tuple[WorldBook, ...]]:
     try:
-        card = parse_card(character.read_bytes()) if character is not None else None
-        books = tuple(parse_world(p.read_bytes(), p.stem) for p in worlds)
-    except (ChatFormatError, ValueError) as exc:
+        card = load_card(character) if character is not None else None
+        books = tuple(load_world(p) for p in worlds)
+    except InputError as exc:
         raise click.UsageError(str(exc)) from None
     return card, books
 
