@@ -111,6 +111,14 @@ def count_lines(data: bytes) -> int:
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
+def fits_one_read(data: bytes) -> bool:
+    """Whether a read without offset or limit returns all of ``data`` uncut."""
+    if len(data) > FULL_READ_BYTES or count_lines(data) > MAX_READ_LINES:
+        return False
+    page = page_lines(data, 1, None)
+    return page.end == page.total and page.cut == 0
+
+
 def page_lines(data: bytes, offset: int, limit: int | None) -> Page:
     """Lines ``offset``… of ``data``, within the line, char and line-length limits.
 
