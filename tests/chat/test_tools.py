@@ -99,7 +99,8 @@ async def test_read_messages_pages_and_errors(tmp_path: Path) -> None:
     again = await agent("chat_read_messages", floors=cont[:1])
     assert f"lines {cont[0]['offset']}-" in again.content
     past = await agent("chat_read_messages", floors=[{"floor": 0, "offset": 3}])
-    assert past.error_code == "chat.invalid_range" and "past the end" in past.content
+    assert past.error_code == "chat.invalid_range"
+    assert past.content == ("Floor 0 has 1 line, so offset 3 is past its end. Use offset 1.")
     renamed = await agent("chat_read_messages", floors=[{"index": 0}])
     assert renamed.error_code == "tool.invalid_arguments"
     assert (await agent("chat_read_messages", floors=[])).error_code == "tool.invalid_arguments"

@@ -50,6 +50,12 @@ def either(items: list[str]) -> str:
     return f"{', '.join(items[:-1])} or {items[-1]}"
 
 
+def past_the_end(what: str, offset: int, total: int) -> str:
+    """``offset`` beyond the last of ``total`` lines of ``what``, and the offsets that work."""
+    fix = "Use offset 1." if total == 1 else f"Use an offset from 1 to {total:,}."
+    return f"{what} has {count(total, 'line')}, so offset {offset} is past its end. {fix}"
+
+
 def call(name: str, **args: Any) -> str:
     """A call as a model would write it: ``workspace_read_file {"file_path": …}``."""
     return f"{name} {json.dumps(args, ensure_ascii=False)}" if args else name

@@ -16,6 +16,7 @@ from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import ToolFailure, ToolOutcome
 from tavern_agent.tools.builtin.registry import builtin_tool
 from tavern_agent.tools.context import CallContext
+from tavern_agent.tools.texts import past_the_end
 
 ITEM_CHARS = 8_000
 CALL_CHARS = 20_000
@@ -48,6 +49,18 @@ def floors_text(count: int) -> str:
 # ---------------------------------------------------------------- paging
 
 
+class PastTheEnd(ValueError):
+    """An offset past the last line; :meth:`describe` is the model's text."""
+
+    def __init__(self, offset: int, total: int) -> None:
+        super().__init__(f"offset {offset} is past the end ({total} lines)")
+        self.offset = offset
+        self.total = total
+
+    def describe(self, what: str) -> str:
+        return past_the_end(what, self.offset, self.total)
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
     """Lines ``start…end`` (1-based) of a text with ``total`` lines."""
@@ -65,7 +78,7 @@ def segment(text: str, offset: int, limit: int | None, cap: int) -> Segment:
     lines = text.split("\n")
     total = len(lines)
     if offset > total:
-        raise ValueError(f"offset {offset} is past the end ({total} lines)")
+        raise PastTheEnd(offset, total)
     wanted = min(limit or ITEM_LINES, ITEM_LINES)
     shown: list[str] = []
     chars, cut = 0, False
@@ -233,9 +246,9 @@ def _read(run: ChatRun, items: list[dict[str, Any]], ctx: CallContext) -> ToolOu
         message = chat.messages[floor]
         try:
             seg = segment(message.mes, offset, item.get("limit"), min(ITEM_CHARS, budget))
-        except ValueError as exc:
+        except PastTheEnd as exc:
             raise ToolFailure(
-                ErrorCode.CHAT_INVALID_RANGE, f"Floor {floor}: {exc}; use offset 1 or higher."
+                ErrorCode.CHAT_INVALID_RANGE, exc.describe(f"Floor {floor}")
             ) from None
         budget -= seg.chars
         hidden = ", hidden" if message.hidden else ""
