@@ -43,11 +43,11 @@ def count(n: int, singular: str, plural: str | None = None) -> str:
     return f"{n:,} {singular if n == 1 else (plural or singular + 's')}"
 
 
-def either(items: list[str]) -> str:
-    """``a``, ``a or b``, ``a, b or c``."""
+def either(items: list[str], word: str = "or") -> str:
+    """``a``, ``a or b``, ``a, b or c`` (``word="and"``: ``a, b and c``)."""
     if len(items) <= 1:
         return "".join(items)
-    return f"{', '.join(items[:-1])} or {items[-1]}"
+    return f"{', '.join(items[:-1])} {word} {items[-1]}"
 
 
 def past_the_end(what: str, offset: int, total: int) -> str:

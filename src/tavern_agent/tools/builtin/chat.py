@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tavern_agent.chat.formats import ChatFile, ChatFormatError
+from tavern_agent.chat.formats import ChatFile, ChatFormatError, ChatMessage
 from tavern_agent.chat.mount import floor_path
 from tavern_agent.chat.run_input import ChatRun
 from tavern_agent.chat.search import snippet, tokenize
@@ -24,6 +24,18 @@ ITEM_LINES = 1_200
 MAX_ITEMS = 20
 READ_TOOL = "builtin:chat.read_messages"
 CHAT_ONLY = frozenset({Scene.CHAT})
+MAX_SCAN = 100_000
+ROLES = ("user", "assistant", "tool", "system")
+SPLIT_ROLES = frozenset({"tool", "assistant", "system"})  # roles that tool floors blur
+SYSTEM_ROLE_NOTE = (
+    ' role "system" finds narrator messages only; for messages hidden from the prompt '
+    "(SillyTavern's system messages) search with hidden: true instead."
+)
+
+
+def floor_role(message: ChatMessage) -> str:
+    """The speaker of a floor: ``tool`` for a floor recording tool calls, else its role."""
+    return "tool" if message.extra.get("tool_invocations") else message.role
 
 
 def require_chat(ctx: CallContext) -> ChatRun:
@@ -113,10 +125,20 @@ def continuation(items: list[dict[str, Any]], key: str) -> str:
         "properties": {
             "query": {"type": "string"},
             "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Default 20."},
-            "role": {"type": "string", "enum": ["user", "assistant", "system"]},
+            "role": {
+                "type": "string",
+                "enum": list(ROLES),
+                "description": "Only floors by this speaker.",
+            },
             "hidden": {"type": "boolean", "description": "Only hidden/visible floors."},
             "start_floor": {"type": "integer", "minimum": 0},
             "end_floor": {"type": "integer", "minimum": 0, "description": "Inclusive."},
+            "scan_limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_SCAN,
+                "description": "Search only the newest N floors.",
+            },
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -139,24 +161,32 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
             f"{floors_text(count)}.",
         )
     end = min(end, count - 1)
+    if "scan_limit" in args:
+        start = max(start, end - args["scan_limit"] + 1)
     query: str = args["query"]
     if not tokenize(query):
         raise ToolFailure(
             ErrorCode.TOOL_INVALID_ARGUMENTS, "query has no words to search for; give some words."
         )
     chat = load_chat(run)
+    role: str | None = args.get("role")
+    limit: int = args.get("limit", 20)
     hits = run.index().search(
         query,
-        limit=args.get("limit", 20),
+        # Tool floors are told apart here, not by the index: take every match, then filter.
+        limit=count if role in SPLIT_ROLES else limit,
         start=start,
         end=end + 1,
-        role=args.get("role"),
+        role=None if role == "tool" else role,
         hidden=args.get("hidden"),
     )
+    if role in SPLIT_ROLES:
+        hits = [h for h in hits if floor_role(chat.messages[h.floor]) == role][:limit]
     scope = f"floors {start}-{end}"
+    note = SYSTEM_ROLE_NOTE if role == "system" else ""
     if not hits:
         return ToolOutcome(
-            f'No floors match "{query}" in {scope}. Try other words or a wider range.',
+            f'No floors match "{query}" in {scope}. Try other words or a wider range.{note}',
             {"query": query, "hits": []},
         )
     reader = ctx.model_name(READ_TOOL, "chat_read_messages")
@@ -168,12 +198,13 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
         path = floor_path(hit.floor)
         hidden = ", hidden" if message.hidden else ""
         text = snippet(message.mes, [hit.term, *terms])
-        lines.append(f"floor {hit.floor} ({message.role}{hidden}, {message.name}) {path}")
+        speaker = floor_role(message)
+        lines.append(f"floor {hit.floor} ({speaker}{hidden}, {message.name}) {path}")
         lines.append(f"  {text}")
         records.append(
             {
                 "floor": hit.floor,
-                "role": message.role,
+                "role": speaker,
                 "name": message.name,
                 "hidden": message.hidden,
                 "score": round(hit.score, 4),
@@ -181,7 +212,7 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
                 "ref": f"chat:current#{hit.floor}",
             }
         )
-    lines.append(f"Read floors with {reader}.")
+    lines.append(f"Read floors with {reader}.{note}")
     return ToolOutcome("\n".join(lines), {"query": query, "hits": records})
 
 

@@ -39,7 +39,7 @@ TOOL = "builtin:worldinfo.read_activated"
                 "items": {
                     "type": "object",
                     "properties": {
-                        "ref": {"type": "string"},
+                        "ref": {"type": "string", "description": "From the index."},
                         "offset": {"type": "integer", "minimum": 1},
                         "limit": {"type": "integer", "minimum": 1},
                     },
