@@ -62,7 +62,9 @@ def test_the_example_replays_offline_and_prints_the_committed_message(tmp_path: 
 
     listed = run("runs", "list", "--json", data_dir=data)
     rows = json.loads(listed.stdout)
-    assert [r["status"] for r in rows] == ["completed"] and rows[0]["commits"] == 1
+    # the draft is auto-published at the end of the rounds that edited it, until the
+    # one explicit commit
+    assert [r["status"] for r in rows] == ["completed"] and rows[0]["commits"] == 3
     shown = run("runs", "show", "last", data_dir=data)
     assert shown.returncode == 0 and "commit_confirmed" in shown.stdout
     assert "workspace_apply_patch" in shown.stdout and "run_completed" in shown.stdout
@@ -74,6 +76,9 @@ def test_the_example_replays_offline_and_prints_the_committed_message(tmp_path: 
     assert "35 words, 2 spoken lines" in shown.stdout
     events = json.loads(run("runs", "show", rows[0]["runId"], "--json", data_dir=data).stdout)
     assert events[0]["type"] == "run_started" and events[-1]["type"] == "run_completed"
+    confirmed = [e["payload"] for e in events if e["type"] == "commit_confirmed"]
+    assert [c.get("auto", False) for c in confirmed] == [True, True, False]
+    assert {c["floor"] for c in confirmed} == {4}  # one message, revised
 
 
 def test_run_json_output_and_resume_of_a_finished_run(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ should be quick; slow work belongs in an ``async def``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
@@ -198,11 +199,13 @@ class _Workers:
 
         def job() -> None:
             try:
-                value = function()
+                value, error = function(), None
             except BaseException as exc:  # handed to the awaiting call as is
-                loop.call_soon_threadsafe(_settle, future, None, exc)
-            else:
-                loop.call_soon_threadsafe(_settle, future, value, None)
+                value, error = None, exc
+            # The caller's loop may be gone (it stopped waiting at its time limit and
+            # then ended); nobody wants the answer any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, future, value, error)
 
         with self._lock:
             start = self._idle == 0
