@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from tavern_agent.inputs import InputError, load_json
 from tavern_agent.mcp.registrations import (
     DiscoveredCatalog,
     Permission,
@@ -115,7 +116,9 @@ def mcp_import(ctx: click.Context, file: Path) -> None:
     """Register every server of an `mcpServers` JSON file (as desktop MCP clients use)."""
     store = _store(ctx)
     try:
-        regs = import_mcp_servers(json.loads(file.read_text(encoding="utf-8")), store)
+        regs = import_mcp_servers(load_json(file), store)
+    except InputError as exc:  # names the file already
+        raise click.UsageError(str(exc)) from None
     except (ValueError, RegistrationError) as exc:
         raise click.UsageError(f"{file}: {exc}") from None
     for reg in regs:
