@@ -52,9 +52,8 @@ def main() -> None:
             if scenario == "auth/basic-cimd":
                 login += ["--client-metadata-url", METADATA_URL]
             run(*cli, *login, env=browser)
-        run(*cli, "mcp", "discover", "conf")
-        listing = json.loads(run(*cli, "mcp", "list", "--json"))
-        tools = [t["name"] for t in listing[0]["catalog"]["tools"]]
+        discovered = run(*cli, "mcp", "discover", "conf")  # "    off    NAME" per tool
+        tools = [line.split()[1] for line in discovered.splitlines() if line.startswith("    off ")]
         if tools:
             run(*cli, "mcp", "allow", "conf", "--all")
         for tool in tools:
