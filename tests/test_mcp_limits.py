@@ -47,3 +47,15 @@ async def test_an_outer_cancel_is_not_mistaken_for_a_deadline() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     await deadlines.aclose()
+
+
+def test_the_watchdog_follows_a_new_event_loop() -> None:
+    deadlines = Deadlines()
+
+    async def late() -> None:
+        async with deadlines.within(0.1):
+            await asyncio.sleep(10)
+
+    for _ in range(2):  # each asyncio.run is a new loop, as each CLI command is
+        with pytest.raises(TimeoutError):
+            asyncio.run(late())

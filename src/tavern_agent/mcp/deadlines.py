@@ -32,10 +32,9 @@ class Deadlines:
 
     def _enter(self, task: asyncio.Task[object], seconds: float) -> None:
         self._due[task] = time.monotonic() + seconds
-        if self._watchdog is None or self._watchdog.done():
-            self._watchdog = asyncio.get_running_loop().create_task(
-                self._watch(), name="mcp-call-deadlines"
-            )
+        watchdog = self._watchdog
+        if watchdog is None or watchdog.done() or watchdog.get_loop() is not task.get_loop():
+            self._watchdog = task.get_loop().create_task(self._watch(), name="mcp-call-deadlines")
 
     def _exit(self, task: asyncio.Task[object]) -> bool:
         """Leave; whether this task was cancelled for its deadline."""
