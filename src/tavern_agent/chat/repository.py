@@ -22,7 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from tavern_agent.chat.formats import ChatFile, ChatMessage, new_message, parse_chat
+from tavern_agent.chat.formats import (
+    ChatFile,
+    ChatMessage,
+    collection_paused,
+    new_message,
+    parse_chat,
+)
 from tavern_agent.fsutil import atomic_write
 
 AGENT_KEY = "agent"  # extra.agent holds the run's metadata on a committed message
@@ -70,7 +76,9 @@ class FileChatRepository:
         return self.path.stem
 
     def load(self) -> ChatFile:
-        return parse_chat(self.path.read_bytes())
+        data = self.path.read_bytes()
+        with collection_paused():
+            return parse_chat(data)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[bytes]:
