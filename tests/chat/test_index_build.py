@@ -12,10 +12,11 @@ from rich.console import Console
 
 from tavern_agent.assembly import Assembly, ChatSource
 from tavern_agent.chat import progress
-from tavern_agent.chat.formats import ChatFormatError, parse_chat
+from tavern_agent.chat.formats import parse_chat
 from tavern_agent.chat.index_store import FILE, docs
 from tavern_agent.chat.progress import BuildProgress
 from tavern_agent.chat.search import ChatIndex
+from tavern_agent.core import json_input
 from tests.chat.helpers import write_chat
 
 LINES = [
@@ -32,12 +33,23 @@ def test_message_lines_decode_exactly_as_the_standard_library() -> None:
     assert [m.raw for m in chat.messages] == [json.loads(line) for line in LINES]
     assert chat.messages[0].raw["extra"]["id"] == 123456789012345678901234567890  # not a float
     assert [m.encoded() for m in chat.messages] == LINES
-    with pytest.raises(ChatFormatError, match="line 2 is not JSON"):
-        parse_chat(header + b'\n{"name":"A","mes":01}')
+
+
+@pytest.mark.parametrize(
+    "bad", [b'{"a":01}', b"[" * 5000, b"[" + b"9" * 5000 + b"]", b'{"a":"\xff"}', b"{} x"]
+)
+def test_bad_json_fails_with_the_standard_library_reason(bad: bytes) -> None:
+    try:
+        json.loads(bad)
+    except (ValueError, RecursionError) as exc:
+        expected = json_input.describe(exc)
+    with pytest.raises(json_input.JsonInputError) as failed:
+        json_input.loads(bad)
+    assert str(failed.value) == expected
 
 
 def test_the_index_is_built_and_saved_before_the_first_search(tmp_path: Path) -> None:
-    texts = [f"floor {i} about the {'lantern' if i % 7 == 0 else 'river'}" for i in range(3000)]
+    texts = [f"floor {i} about the {'lantern' if i % 7 == 0 else 'river'}" for i in range(600)]
     chat_file = write_chat(tmp_path / "c.jsonl", texts)
     assembly = Assembly(tmp_path / "data")
     chat_run, chat, _ = assembly.chat_run(
@@ -52,7 +64,7 @@ def test_the_index_is_built_and_saved_before_the_first_search(tmp_path: Path) ->
     assert index.to_blocks() == ChatIndex(docs(chat.messages)).to_blocks()
     assert chat_run.index() is index  # built once per chat file version
     chat_file.write_text(chat_file.read_text() + '\n{"name":"S","mes":"a zeppelin"}')
-    assert [h.floor for h in chat_run.index().search("zeppelin", limit=5, end=10**6)] == [3000]
+    assert [h.floor for h in chat_run.index().search("zeppelin", limit=5, end=10**6)] == [600]
 
 
 def test_a_long_wait_for_the_index_shows_a_progress_bar(monkeypatch: pytest.MonkeyPatch) -> None:
