@@ -68,9 +68,11 @@ def plain_activate(
     mp = pytest.MonkeyPatch()
     original = activation._plan
 
-    def every_entry(books: Any, options: Any) -> Any:
-        compiled, _, _ = original(books, options)
-        return compiled, list(range(len(compiled))), {}
+    def every_entry(books: Any, options: Any, macros: Any) -> Any:
+        plan = original(books, options, macros)
+        return activation._Plan(
+            plan.compiled, list(range(len(plan.compiled))), {}, plan.levels, plan.timed
+        )
 
     try:
         mp.setattr(activation, "_plan", every_entry)
