@@ -11,8 +11,8 @@ import click
 
 from tavern_agent.assembly import ChatSource
 from tavern_agent.chat.activation import ActivationSettings
-from tavern_agent.chat.formats import ChatFormatError, parse_card, parse_world
 from tavern_agent.chat.st_data import LATEST, StDataError, open_st_data
+from tavern_agent.inputs import InputError, load_card, load_world
 from tavern_agent.mcp.approval import ASK_MODES
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -105,8 +105,8 @@ def st_data_source(
     """The chat source ``--st-data`` names (usage errors say what the folder holds)."""
     try:
         selection = open_st_data(st_data, character=character, chat=chat or LATEST, group=group)
-        extra = tuple(parse_world(p.read_bytes(), p.stem) for p in extra_worlds)
-    except (StDataError, ChatFormatError, ValueError) as exc:
+        extra = tuple(load_world(p) for p in extra_worlds)
+    except (StDataError, InputError) as exc:
         raise click.UsageError(str(exc)) from None
     for note in selection.notes:
         click.echo(f"tavern-agent: note: {note}", err=True)
@@ -126,9 +126,9 @@ def chat_source_from_files(
     if card_file is not None and not card_file.is_file():
         raise click.UsageError(f"no card file {card_file} (a name needs --st-data)")
     try:
-        books = tuple(parse_world(p.read_bytes(), p.stem) for p in world_files)
-        card = parse_card(card_file.read_bytes()) if card_file is not None else None
-    except (ChatFormatError, ValueError) as exc:
+        books = tuple(load_world(p) for p in world_files)
+        card = load_card(card_file) if card_file is not None else None
+    except InputError as exc:
         raise click.UsageError(str(exc)) from None
     stem = card_file.stem if card_file is not None else ""
     return ChatSource(chat_file, books, card, seed, world_info_settings(), character_file=stem)

@@ -161,7 +161,7 @@ def test_two_children_in_parallel_return_and_the_parent_commits_their_summaries(
 
     scripts = two_children()
     run, result, _, gateway = drive(h, root, scripts)
-    assert result.status == "completed" and result.commits == 1
+    assert result.status == "completed" and result.commits == 2
     assert h.chat_messages()[-1]["mes"] == "The bridge is out. / The pace is fine."
 
     started = of_type(run, "task_started")
@@ -230,7 +230,7 @@ def test_handoff_is_refused_while_a_child_is_live_then_accepted_after_await(
         "closer": [call(*write("They cross at the ford.")), call(*COMMIT), call(*FINISH)],
     }
     run, result, _, gateway = drive(h, root, scripts)
-    assert result.status == "completed" and result.commits == 1
+    assert result.status == "completed" and result.commits == 2
     handoffs = stored(run, "agent_handoff")
     assert handoffs[0]["errorCode"] == "agent.handoff_pending_tasks"
     assert "agent_await" in handoffs[0]["content"]
@@ -550,7 +550,7 @@ def test_a_recorded_run_with_two_children_replays_offline(tmp_path: Path) -> Non
     proc = run_cli(*args, "--json", data_dir=data)
     assert proc.returncode == 0, proc.stderr
     outcome = json.loads(proc.stdout)
-    assert outcome["status"] == "completed" and outcome["commits"] == 1
+    assert outcome["status"] == "completed" and outcome["commits"] == result.commits == 2
     assert outcome["committedMessage"] == "The bridge is out. / The pace is fine."
     assert [m.mes for m in parse_chat(chat.read_bytes()).messages] == [
         m["mes"] for m in h.chat_messages()

@@ -62,7 +62,9 @@ def test_the_example_replays_offline_and_prints_the_committed_message(tmp_path: 
 
     listed = run("runs", "list", "--json", data_dir=data)
     rows = json.loads(listed.stdout)
-    assert [r["status"] for r in rows] == ["completed"] and rows[0]["commits"] == 1
+    # the draft is auto-published at the end of the rounds that edited it, until the
+    # one explicit commit
+    assert [r["status"] for r in rows] == ["completed"] and rows[0]["commits"] == 3
     shown = run("runs", "show", "last", data_dir=data)
     assert shown.returncode == 0 and "commit_confirmed" in shown.stdout
     assert "workspace_apply_patch" in shown.stdout and "run_completed" in shown.stdout
@@ -74,6 +76,9 @@ def test_the_example_replays_offline_and_prints_the_committed_message(tmp_path: 
     assert "35 words, 2 spoken lines" in shown.stdout
     events = json.loads(run("runs", "show", rows[0]["runId"], "--json", data_dir=data).stdout)
     assert events[0]["type"] == "run_started" and events[-1]["type"] == "run_completed"
+    confirmed = [e["payload"] for e in events if e["type"] == "commit_confirmed"]
+    assert [c.get("auto", False) for c in confirmed] == [True, True, False]
+    assert {c["floor"] for c in confirmed} == {4}  # one message, revised
 
 
 def test_run_json_output_and_resume_of_a_finished_run(tmp_path: Path) -> None:
@@ -121,3 +126,28 @@ def test_ctrl_c_cancels_and_the_journal_records_it(tmp_path: Path) -> None:
     events = [json.loads(line) for line in journal.read_text().splitlines()]
     assert events[-1]["type"] == "run_cancelled"
     assert events[-1]["payload"]["errorCode"] == "run.cancelled"
+
+
+def test_a_commit_to_a_symlinked_chat_reaches_the_real_file(tmp_path: Path) -> None:
+    # SillyTavern users link chats and whole data folders: the link stays, the target changes.
+    args = example_args(tmp_path)
+    real = tmp_path / "st" / "chats" / "real.jsonl"
+    real.parent.mkdir(parents=True)
+    (tmp_path / "chat.jsonl").rename(real)
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    link = linked / "link.jsonl"
+    link.symlink_to(Path("..") / "st" / "chats" / "real.jsonl")
+    data_target = tmp_path / "data-real"
+    data_target.mkdir()
+    (tmp_path / "data").symlink_to(data_target)
+    args[1] = str(link)
+    proc = run(*args, "--json", data_dir=tmp_path / "data")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "completed"
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    assert (tmp_path / "data").is_symlink()
+    lines = real.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 6 and REPLY in json.loads(lines[-1])["mes"]
+    assert not list(real.parent.glob(".*.tmp")) and not list(linked.glob(".*.tmp"))
+    assert sorted(p.name for p in linked.iterdir()) == ["link.jsonl"]

@@ -19,7 +19,11 @@ def test_commit_then_finish_posts_one_message_and_completes(tmp_path: Path) -> N
             call(*FINISH),
         ]
     )
-    assert result.status == "completed" and result.commits == 1 and result.rounds == 3
+    # the body written in round 1 is auto-published at its end; the explicit commit
+    # of round 2 revises the same message
+    assert result.status == "completed" and result.commits == 2 and result.rounds == 3
+    auto = [e["payload"].get("auto", False) for e in events(run) if e["type"] == "commit_confirmed"]
+    assert auto == [True, False]
     messages = h.chat_messages()
     assert len(messages) == 4
     assert messages[3]["mes"] == "Seraphina wades in first."
@@ -132,7 +136,7 @@ def test_rounds_run_out_as_tool_call_required(tmp_path: Path) -> None:
 def test_rounds_run_out_after_a_commit_is_partial_success(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     _, result = h.drive([call(*write("A")), call(*COMMIT)], profile(max_rounds=2))
-    assert result.status == "partial_success" and result.commits == 1
+    assert result.status == "partial_success" and result.commits == 2  # auto, then explicit
     assert h.chat_messages()[-1]["mes"] == "A"
 
 

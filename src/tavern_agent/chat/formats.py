@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tavern_agent.chat.dates import send_date
+from tavern_agent.core import json_input
 
 # ---------------------------------------------------------------- chat JSONL
 
@@ -246,14 +247,13 @@ def _json_object(line: bytes) -> dict[str, Any] | None:
     ``JSON.parse`` on each line, dropping lines that do not parse.
     """
     try:
-        obj = json.loads(line)
-    except UnicodeDecodeError:
+        obj = json_input.loads(line)
+    except json_input.JsonInputError:
+        # Not UTF-8 (Node reads it with U+FFFD), or not JSON, or nested too deeply.
         try:
-            obj = json.loads(line.decode("utf-8", errors="replace"))
-        except json.JSONDecodeError:
+            obj = json_input.loads(line.decode("utf-8", errors="replace"))
+        except json_input.JsonInputError:
             return None
-    except json.JSONDecodeError:
-        return None
     return obj if isinstance(obj, dict) else None
 
 
@@ -608,7 +608,10 @@ class WorldBook:
 
 def parse_world(data: bytes | Mapping[str, Any], name: str) -> WorldBook:
     """A SillyTavern world info file, or a card's ``character_book`` (converted)."""
-    obj = json.loads(data) if isinstance(data, bytes) else copy.deepcopy(dict(data))
+    try:
+        obj = json_input.loads(data) if isinstance(data, bytes) else copy.deepcopy(dict(data))
+    except (json_input.JsonInputError, RecursionError) as exc:
+        raise ChatFormatError(json_input.describe(exc)) from None
     if not isinstance(obj, dict):
         raise ChatFormatError("world info must be a JSON object")
     entries = obj.get("entries")
@@ -746,9 +749,9 @@ def parse_card(data: bytes) -> CharacterCard:
         else:
             raise ChatFormatError("the PNG has no chara or ccv3 text chunk")
     try:
-        obj = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ChatFormatError(f"the card is not JSON: {exc}") from None
+        obj = json_input.loads(data)
+    except json_input.JsonInputError as exc:
+        raise ChatFormatError(str(exc)) from None
     if not isinstance(obj, dict):
         raise ChatFormatError("a card must be a JSON object")
     return CharacterCard(obj)

@@ -34,7 +34,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tavern_agent.chat.dates import chat_date_format, send_date
-from tavern_agent.chat.formats import ChatFile, ChatMessage, new_message, parse_chat
+from tavern_agent.chat.formats import (
+    ChatFile,
+    ChatFormatError,
+    ChatMessage,
+    new_message,
+    parse_chat,
+)
 from tavern_agent.fsutil import ChangedMeanwhile, atomic_write
 
 AGENT_KEY = "agent"  # extra.agent holds the run's metadata on a committed message
@@ -98,7 +104,13 @@ class FileChatRepository:
         return self.path.stem
 
     def load(self) -> ChatFile:
-        return parse_chat(self.path.read_bytes())
+        return self._parse(self.path.read_bytes())
+
+    def _parse(self, data: bytes) -> ChatFile:
+        try:
+            return parse_chat(data)
+        except ChatFormatError as exc:  # name the file: a user may pass several
+            raise ChatFormatError(f"{self.path}: {exc}") from None
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[tuple[bytes, tuple[int, int, int]]]:
@@ -123,7 +135,7 @@ class FileChatRepository:
     def apply_commit(self, commit: ChatCommit) -> CommitReceipt:
         for _ in range(_ATTEMPTS):
             with self._locked() as (data, stamp):
-                chat = parse_chat(data)
+                chat = self._parse(data)
                 receipt = apply_to_chat(chat, commit)
                 try:
                     atomic_write(

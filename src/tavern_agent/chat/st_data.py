@@ -23,7 +23,6 @@ symlink to the real file.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from tavern_agent.chat.formats import (
     parse_chat,
     parse_world,
 )
+from tavern_agent.core import json_input
 
 LATEST = "latest"
 
@@ -84,9 +84,9 @@ def read_settings(root: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StDataError(f"{path} is not JSON: {exc}") from None
+        data = json_input.loads(path.read_bytes())
+    except (json_input.JsonInputError, OSError) as exc:
+        raise StDataError(f"{path}: {exc}") from None
     return data if isinstance(data, dict) else {}
 
 
@@ -173,9 +173,9 @@ def _group(root: Path, name: str) -> dict[str, Any]:
     groups = []
     for path in sorted((root / "groups").glob("*.json")):
         try:
-            data = json.loads(path.read_bytes())
-        except (UnicodeDecodeError, json.JSONDecodeError, OSError):
-            continue
+            data = json_input.loads(path.read_bytes())
+        except (json_input.JsonInputError, OSError):
+            continue  # SillyTavern lists only the groups it can read
         if isinstance(data, dict):
             groups.append(data)
     for data in groups:
@@ -191,8 +191,8 @@ def _book(root: Path, name: str, source: str) -> WorldBook | None:
         return None
     try:
         book = parse_world(path.read_bytes(), name)
-    except (ChatFormatError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StDataError(f"lorebook {path} cannot be read: {exc}") from None
+    except (ChatFormatError, OSError) as exc:
+        raise StDataError(f"{path}: {exc}") from None
     book.source = source
     return book
 
@@ -294,7 +294,7 @@ def _selection(
 ) -> StSelection:
     try:
         chat = parse_chat(chat_file.read_bytes())
-    except ChatFormatError as exc:
+    except (ChatFormatError, OSError) as exc:
         raise StDataError(f"{chat_file}: {exc}") from None
     user, persona, persona_book = _persona(settings)
     selected = [n for n in _world_info(settings).get("globalSelect", []) if isinstance(n, str)]

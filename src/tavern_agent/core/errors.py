@@ -24,6 +24,8 @@ class ErrorCode(StrEnum):
     AGENT_TOOL_BUDGET_EXHAUSTED = "agent.tool_budget_exhausted"
     AGENT_TOOL_AFTER_FINISH = "agent.tool_after_finish"
     AGENT_FOREGROUND_COMMIT_REQUIRED = "agent.foreground_commit_required"
+    AGENT_FINISH_AFTER_FAILED_CALL = "agent.finish_after_failed_call"
+    AGENT_CHILD_FINISH_DENIED = "agent.child_finish_denied"
     # agent: delegation, tasks and handoff
     AGENT_DELEGATION_POLICY_DENIED = "agent.delegation_policy_denied"
     AGENT_DELEGATION_BUDGET_EXHAUSTED = "agent.delegation_budget_exhausted"
@@ -84,6 +86,7 @@ class ErrorCode(StrEnum):
     MCP_SERVER_UNAVAILABLE = "mcp.server_unavailable"
     MCP_UNSUPPORTED_RESPONSE = "mcp.unsupported_response"
     MCP_ARGUMENTS_TOO_LARGE = "mcp.arguments_too_large"
+    MCP_LOGIN_REQUIRED = "mcp.login_required"
     EXTENSION_TOOL_ERROR = "extension.tool_error"
     EXTENSION_TOOL_TIMEOUT = "extension.tool_timeout"
     EXTENSION_TOOL_DISCONNECTED = "extension.tool_disconnected"
@@ -128,6 +131,12 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
     ),
     ErrorCode.AGENT_FOREGROUND_COMMIT_REQUIRED: ErrorInfo(
         True, "A foreground chat run must commit its reply before it can finish."
+    ),
+    ErrorCode.AGENT_FINISH_AFTER_FAILED_CALL: ErrorInfo(
+        True, "An earlier call of the same turn failed; finish in a turn of its own."
+    ),
+    ErrorCode.AGENT_CHILD_FINISH_DENIED: ErrorInfo(
+        True, "A delegated agent cannot finish the run; it returns its result instead."
     ),
     ErrorCode.AGENT_DELEGATION_POLICY_DENIED: ErrorInfo(
         True, "The caller may not delegate, or the target does not accept this caller as a task."
@@ -233,6 +242,11 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
     ),
     ErrorCode.MCP_ARGUMENTS_TOO_LARGE: ErrorInfo(
         True, "The arguments exceed the 256 KiB MCP limit; the call was not sent."
+    ),
+    ErrorCode.MCP_LOGIN_REQUIRED: ErrorInfo(
+        True,
+        "The MCP server needs an OAuth login (none yet, or its token was revoked); "
+        "the call was not sent. `tavern-agent mcp login` fixes it.",
     ),
     ErrorCode.EXTENSION_TOOL_ERROR: ErrorInfo(True, "The extension function raised an error."),
     ErrorCode.EXTENSION_TOOL_TIMEOUT: ErrorInfo(

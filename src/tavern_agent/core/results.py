@@ -145,6 +145,21 @@ class AgentToolResult:
     error_code: ErrorCode | None = None
     resource_refs: tuple[str, ...] = ()
 
+    @classmethod
+    def failure(
+        cls, call_id: str, tool_id: ToolId | None, code: ErrorCode, text: str, **details: Any
+    ) -> AgentToolResult:
+        """The one way the runtime writes a refusal: the same record shape as a tool's
+        :meth:`ToolOutcome.fail`, so the model and the journal see one kind of error."""
+        return cls(
+            call_id,
+            tool_id,
+            text,
+            ToolOutcome.fail(code, text, **details).structured,
+            is_error=True,
+            error_code=code,
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "callId": self.call_id,

@@ -19,6 +19,7 @@ should be quick; slow work belongs in an ``async def``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
@@ -70,10 +71,18 @@ class ExtensionContext:
 
 
 def target_of(ctx: CallContext) -> dict[str, str]:
-    """The scene target sent to an extension (``ctx.target`` in the original)."""
-    if ctx.scene is Scene.CHAT:
-        return {"kind": "chat", "runId": ctx.run_id}
-    return {"kind": "session", "sessionId": ctx.run_id}
+    """The scene target sent to an extension: the scene kind and its ids.
+
+    A chat target names the chat twice over: ``stableChatId`` stays the same
+    when the file is renamed, ``chatRef`` is the chat file's name as the user
+    sees it.
+    """
+    if ctx.scene is not Scene.CHAT:
+        return {"kind": "session", "sessionId": ctx.run_id}
+    target = {"kind": "chat", "runId": ctx.run_id}
+    if ctx.chat is not None:
+        target |= {"stableChatId": ctx.chat.input.stable_chat_id, "chatRef": ctx.chat.input.title}
+    return target
 
 
 def receipt_for_value(value: Any, name: str | Callable[[], str]) -> ExternalReceipt:
@@ -198,11 +207,13 @@ class _Workers:
 
         def job() -> None:
             try:
-                value = function()
+                value, error = function(), None
             except BaseException as exc:  # handed to the awaiting call as is
-                loop.call_soon_threadsafe(_settle, future, None, exc)
-            else:
-                loop.call_soon_threadsafe(_settle, future, value, None)
+                value, error = None, exc
+            # The caller's loop may be gone (it stopped waiting at its time limit and
+            # then ended); nobody wants the answer any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, future, value, error)
 
         with self._lock:
             start = self._idle == 0

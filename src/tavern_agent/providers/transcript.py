@@ -141,24 +141,14 @@ OUTCOME_UNKNOWN_TEXT = (
 
 
 def truncated_result(call: RecordedCall) -> AgentToolResult:
-    return AgentToolResult(
-        call_id=call.call_id,
-        tool_id=None,
-        content=TRUNCATED_TEXT,
-        structured={"error": {"code": ErrorCode.MODEL_TOOL_CALL_TRUNCATED.value}},
-        is_error=True,
-        error_code=ErrorCode.MODEL_TOOL_CALL_TRUNCATED,
+    return AgentToolResult.failure(
+        call.call_id, None, ErrorCode.MODEL_TOOL_CALL_TRUNCATED, TRUNCATED_TEXT
     )
 
 
 def outcome_unknown_result(call: RecordedCall) -> AgentToolResult:
-    return AgentToolResult(
-        call_id=call.call_id,
-        tool_id=None,
-        content=OUTCOME_UNKNOWN_TEXT,
-        structured={"error": {"code": ErrorCode.TOOL_OUTCOME_UNKNOWN.value, "synthesized": True}},
-        is_error=True,
-        error_code=ErrorCode.TOOL_OUTCOME_UNKNOWN,
+    return AgentToolResult.failure(
+        call.call_id, None, ErrorCode.TOOL_OUTCOME_UNKNOWN, OUTCOME_UNKNOWN_TEXT, synthesized=True
     )
 
 

@@ -1,7 +1,9 @@
 """Agents working together: the directory, delegated tasks, await, task.return, handoff.
 
 The four tools (:mod:`tavern_agent.tools.builtin.agents`) return effects;
-:class:`AgentTasks` applies them for one :class:`~tavern_agent.runtime.loop.Engine`:
+:class:`AgentTasks` applies them for one run, through the narrow
+:class:`AgentHost` port (the run loop implements it; this module never
+reaches into the loop itself):
 
 * ``agent.delegate`` checks the target (callable, caller allowed, operation
   allowed) and the caller's limits, then starts a return-mode child Invocation
@@ -10,8 +12,9 @@ The four tools (:mod:`tavern_agent.tools.builtin.agents`) return effects;
 * ``agent.await`` waits on ``done`` events only: it never drives a task.
 * ``task.return`` writes ``summaries/<key>-result.md`` and
   ``agent-results/<inv>.json`` and ends the child.
-* ``agent.handoff`` ends the caller's part; the engine continues the run with
-  a new invocation of the target agent that starts from a markdown brief.
+* ``agent.handoff`` ends the caller's part: :meth:`AgentTasks.handoff` returns
+  the new invocation of the target agent (which starts from a markdown brief)
+  and the loop continues the run with it.
 
 Journal events: ``task_started`` and ``task_finished`` (with the child's and the
 parent's invocation ids), ``task_results_injected``, ``handoff_accepted``.
@@ -27,7 +30,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tavern_agent import run_layout
 from tavern_agent.config import profiles_dir
@@ -50,7 +53,8 @@ from tavern_agent.runtime.prompt import system_prompt
 from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 
 if TYPE_CHECKING:
-    from tavern_agent.runtime.loop import Engine
+    from tavern_agent.runtime.journal import Journal
+    from tavern_agent.runtime.run import Run
 
 DELEGATE = ToolId.builtin("agent.delegate")
 AWAIT = ToolId.builtin("agent.await")
@@ -166,12 +170,31 @@ def _section(title: str, value: Any) -> str:
     return f"## {title}\n{body}"
 
 
+_TASK_FIELDS = (("context", "Context"), ("expectedOutput", "Expected output"))
+_HANDOFF_FIELDS = (
+    ("reason", "Why you"),
+    ("contextSummary", "Context"),
+    ("workspaceRefs", "Workspace files"),
+    ("mustPreserve", "Must preserve"),
+    ("completionCriteria", "Done when"),
+)
+_NOT_EXTRA = frozenset({"objective", "title", "pendingTaskPolicy"})
+
+
+def _brief_sections(brief: Mapping[str, Any], fields: Sequence[tuple[str, str]]) -> list[str]:
+    """The named fields in order, then every other key under "Additional Instructions"."""
+    parts = [_section(title, brief[name]) for name, title in fields if brief.get(name)]
+    named = _NOT_EXTRA | {name for name, _ in fields}
+    extra = [f"- {k}: {v}" for k, v in brief.items() if k not in named and v not in (None, "")]
+    if extra:
+        parts.append("## Additional Instructions\n" + "\n".join(extra))
+    return parts
+
+
 def task_brief(task: Mapping[str, Any], key: str, scene: Scene) -> str:
     heading = task.get("title") or "Task"
     parts = [f"# {heading}", _section("Objective", task["objective"])]
-    for field_name, title in (("context", "Context"), ("expectedOutput", "Expected output")):
-        if task.get(field_name):
-            parts.append(_section(title, task[field_name]))
+    parts.extend(_brief_sections(task, _TASK_FIELDS))
     parts.append(f"Your result will be saved as {summary_path(scene, key)}.")
     return "\n\n".join(parts)
 
@@ -179,15 +202,7 @@ def task_brief(task: Mapping[str, Any], key: str, scene: Scene) -> str:
 def handoff_brief(caller: str, brief: Mapping[str, Any], commits: int) -> str:
     heading = brief.get("title") or "Handoff"
     parts = [f"# {heading} (from agent {caller})", _section("Objective", brief["objective"])]
-    for field_name, title in (
-        ("reason", "Why you"),
-        ("contextSummary", "Context"),
-        ("workspaceRefs", "Workspace files"),
-        ("mustPreserve", "Must preserve"),
-        ("completionCriteria", "Done when"),
-    ):
-        if brief.get(field_name):
-            parts.append(_section(title, brief[field_name]))
+    parts.extend(_brief_sections(brief, _HANDOFF_FIELDS))
     parts.append(
         f"The run continues with you: the chat and workspace are as {caller} left them "
         f"({commits} commit(s) so far)."
@@ -266,14 +281,35 @@ def _result(rc: RecordedCall, binding: ToolBinding, text: str, structured: Any) 
 def _error(
     rc: RecordedCall, binding: ToolBinding, code: ErrorCode, text: str, **details: Any
 ) -> AgentToolResult:
-    structured = {"error": {"code": code.value, "message": text, **details}}
-    return AgentToolResult(rc.call_id, binding.tool_id, text, structured, True, code)
+    return AgentToolResult.failure(rc.call_id, binding.tool_id, code, text, **details)
+
+
+class AgentHost(Protocol):
+    """What the delegation part needs from the run loop, and nothing more."""
+
+    @property
+    def run(self) -> Run: ...
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def commits_confirmed(self) -> int: ...
+
+    def invocation_started(self, inv: Invocation) -> None:
+        """Journal a new invocation (a child's or a handoff target's)."""
+
+    async def drive_child(self, task: AgentTask) -> None:
+        """Run a delegated task's own loop until it returns or ends."""
+
+    def pair_pending(self, inv: Invocation) -> None:
+        """Give a stopped invocation's open calls their cancelled results."""
 
 
 class AgentTasks:
     """The delegated tasks of one run and the agent effects' application."""
 
-    def __init__(self, engine: Engine, source: ProfileSource) -> None:
+    def __init__(self, engine: AgentHost, source: ProfileSource) -> None:
         self.engine = engine
         self.source = source
         self.tasks: dict[str, AgentTask] = {}
@@ -297,8 +333,6 @@ class AgentTasks:
             return await self.wait(inv, rc, binding, effect)
         if isinstance(effect, TaskReturned):
             return self.task_return(inv, rc, binding, effect)
-        if isinstance(effect, HandoffAccepted):
-            return self.handoff(inv, rc, binding, effect)
         raise TypeError(f"not an agent effect: {effect!r}")
 
     # ------------------------------------------------------------ delegate
@@ -538,7 +572,6 @@ class AgentTasks:
                 json.dumps(record, ensure_ascii=False, indent=1).encode("utf-8"),
             )
         finally:
-            task.inv.finished = True
             self.engine.journal.append(
                 "task_finished",
                 {
@@ -577,16 +610,14 @@ class AgentTasks:
 
     def handoff(
         self, inv: Invocation, rc: RecordedCall, binding: ToolBinding, effect: HandoffAccepted
-    ) -> AgentToolResult:
+    ) -> tuple[AgentToolResult, Invocation | None]:
+        """Accept a handoff: the result, and the target's new invocation (``None`` if refused)."""
         engine, run = self.engine, self.engine.run
         caller = self.caller(inv)
         denied = ErrorCode.AGENT_HANDOFF_POLICY_DENIED
         if inv.is_child or not caller.delegation.can_handoff:
             text = f"Agent {caller.id} may not hand off. Finish the work yourself."
-            return _error(rc, binding, denied, text)
-        if engine.pending_handoff is not None:
-            text = "A handoff was accepted already in this turn; this one was not run."
-            return _error(rc, binding, denied, text)
+            return _error(rc, binding, denied, text), None
         live = self.live(inv)
         if live:
             waiter = inv.snapshot.name_of(AWAIT) or "agent_await"
@@ -595,17 +626,19 @@ class AgentTasks:
                 f"Not handed off: {len(live)} task(s) still run ({ids}). "
                 f"Wait for them with {waiter}, then hand off."
             )
-            return _error(rc, binding, ErrorCode.AGENT_HANDOFF_PENDING_TASKS, text)
+            return _error(rc, binding, ErrorCode.AGENT_HANDOFF_PENDING_TASKS, text), None
         target = self._not_usable(rc, binding, caller, effect.agent_id, "handoff", denied)
         if isinstance(target, AgentToolResult):
-            return target
+            return target, None
         depth = sum(1 for i in run.invocations if i.kind == "handoff")
         if depth >= caller.delegation.max_handoff_depth:
             text = (
                 f"Not handed off: this run was handed off {depth} time(s), the limit. "
                 "Finish the work yourself."
             )
-            return _error(rc, binding, ErrorCode.AGENT_HANDOFF_DEPTH_EXHAUSTED, text, depth=depth)
+            return _error(
+                rc, binding, ErrorCode.AGENT_HANDOFF_DEPTH_EXHAUSTED, text, depth=depth
+            ), None
         inv_id = f"inv_{secrets.token_hex(6)}"
         snapshot = run.assembly.snapshot(target, run.scene, run.protocol, inv_id)
         snapshot.save(run.run_dir / run_layout.snapshot_file(inv_id))
@@ -628,9 +661,8 @@ class AgentTasks:
                 "depth": depth + 1,
             },
         )
-        engine.pending_handoff = new
         text = f"Handoff accepted for Agent {target.id}. Your part is complete."
-        return _result(rc, binding, text, {"agentId": target.id, "invocationId": inv_id})
+        return _result(rc, binding, text, {"agentId": target.id, "invocationId": inv_id}), new
 
 
 def _markdown(task: AgentTask, record: Mapping[str, Any]) -> str:

@@ -4,9 +4,10 @@ One :class:`Engine` drives one run. Per round it asks the gateway for a
 response (stored in ``model-responses/round-NNN.json`` before it is used),
 runs the turn's calls in order through the invocation's gate (each call sees
 the effects of those before), pairs every call with a result, and feeds the
-results back. It ends when a finishing call is accepted (chat) or a text-only
-answer arrives (session), or when the rounds run out
-(``model.tool_call_required``).
+results back. Each step returns a :data:`~tavern_agent.runtime.turns.Next`
+value (another round, finished, handed off, stopped) that the loop acts on;
+each call's effect is applied by the handler registered for its type; the
+refusal and finishing rules are in :mod:`tavern_agent.runtime.policy`.
 
 Every step is journaled; with the checkpoint this lets :meth:`Engine.resume`
 continue a killed run: stored responses are not requested again, calls with
@@ -21,16 +22,18 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tavern_agent import run_layout
-from tavern_agent.chat.repository import find_run_message
+from tavern_agent.chat.repository import CommitReceipt, find_run_message
 from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import (
+    AgentToolEffect,
     AgentToolResult,
     AwaitRequested,
     CommitRequested,
@@ -66,17 +69,24 @@ from tavern_agent.runtime.checkpoint import (
     reads_json,
     save_checkpoint,
 )
-from tavern_agent.runtime.finish import (
-    after_finish_result,
-    commit_required_result,
-    confirmed_commit_result,
-    second_handoff_result,
-)
 from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.journal import Event, Journal, Listener, read_events
 from tavern_agent.runtime.persist import PersistStore
+from tavern_agent.runtime.policy import (
+    AUTO_PUBLISH_REASON,
+    after_finish_result,
+    budget_stop,
+    candidate_after,
+    confirmed_commit_result,
+    finish_refusal,
+    second_handoff_result,
+    should_auto_publish,
+)
 from tavern_agent.runtime.prompt import text_turn_reminder
 from tavern_agent.runtime.run import Run
+from tavern_agent.runtime.turns import Finished, HandedOff, Next, NextRound, Stopped
+from tavern_agent.tools.snapshot import ToolBinding
+from tavern_agent.workspace.roots import MESSAGE_BODY
 from tavern_agent.workspace.store import WorkspaceEscape
 
 TERMINAL = {
@@ -86,6 +96,12 @@ TERMINAL = {
     "run_cancelled": "cancelled",
 }
 CANCELLED_TEXT = "Not run: the run was cancelled before this call started."
+# An effect handler: (invocation, call, binding, result, effect, failed calls of the
+# turn so far) -> the result the model sees, and what happens next (None: go on).
+EffectHandler = Callable[
+    [Invocation, RecordedCall, ToolBinding, AgentToolResult, Any, Sequence[str]],
+    Awaitable[tuple[AgentToolResult, Next | None]],
+]
 
 
 class ResumeRefused(RuntimeError):
@@ -133,6 +149,18 @@ def _first_line(text: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def _failed_names(inv: Invocation, turn: AssistantMessage) -> list[str]:
+    """Names of the calls of ``turn`` whose stored result is an error."""
+    names = {rc.call_id: str(rc.name) for rc in turn.calls}
+    failed: list[str] = []
+    for item in reversed(inv.transcript.items):
+        if item is turn:
+            break
+        if isinstance(item, ToolResultMessage) and item.result.is_error:
+            failed.append(names.get(item.result.call_id, "?"))
+    return failed[::-1]
+
+
 def _raw_json(raw: Any) -> Any:
     if raw is MISSING:
         return {"missing": True}
@@ -160,12 +188,23 @@ class Engine:
         self.rounds = 0
         self.commits_requested = 0
         self.commits_confirmed = 0
+        self.explicit_commits = 0  # commits made by a commit call (not auto-published)
+        self.candidate = False  # the message body was edited since the last publish
+        self.published_round = 0  # the last round whose end auto-published the body
         self.floor: int | None = None
-        self.finished = False
         self.current: Invocation = run.invocations[-1]
         self.confirmed_calls: dict[str, str] = {}  # commit call id → path, confirmed on resume
+        self.resume_at: Next | None = None  # where the journal's fold says the run stands
+        self.pending_commit: dict[str, Any] | None = None
         self.agents = AgentTasks(self, profiles or ProfileSource(run.data.path))
-        self.pending_handoff: Invocation | None = None  # accepted this turn, starts next
+        self._effects: dict[type, EffectHandler] = {
+            CommitRequested: self._on_commit,
+            DelegateRequested: self._on_agent,
+            AwaitRequested: self._on_agent,
+            TaskReturned: self._on_agent,
+            HandoffAccepted: self._on_handoff,
+            Finish: self._on_finish,
+        }
 
     # ------------------------------------------------------------ entry points
 
@@ -189,7 +228,6 @@ class Engine:
     async def revise(self, instruction: str) -> RunResult:
         """Run an output revision: a new invocation on the same snapshot."""
         self._rebuild()
-        self.finished = False
         inv = self.run.revise(instruction)
         self.current = inv
         self._invocation_started(inv)
@@ -213,7 +251,7 @@ class Engine:
                 "outcomeUnknown": [c for c in unknown if c not in self.confirmed_calls],
             },
         )
-        return await self._execute(inv)
+        return await self._execute(inv, self.resume_at)
 
     def close(self) -> None:
         self.journal.close()
@@ -251,9 +289,9 @@ class Engine:
         """Stop one delegated task; its caller sees it as failed."""
         return self.agents.cancel(task_id)
 
-    async def _execute(self, inv: Invocation) -> RunResult:
+    async def _execute(self, inv: Invocation, first: Next | None = None) -> RunResult:
         try:
-            return await self._drive(inv)
+            return await self._drive(inv, first)
         except asyncio.CancelledError:
             self._pair_pending(self.current, cancelled=True)
             self._end("run_cancelled", ErrorCode.RUN_CANCELLED, "The run was cancelled.")
@@ -263,32 +301,44 @@ class Engine:
         except (OSError, WorkspaceEscape) as exc:
             return self._fail(ErrorCode.RUN_STORAGE_FAILED, f"{type(exc).__name__}: {exc}")
 
-    async def _drive(self, inv: Invocation) -> RunResult:
-        while True:
-            max_rounds = (inv.profile or self.run.profile).limits.max_rounds
+    async def _drive(self, inv: Invocation, first: Next | None) -> RunResult:
+        if first is not None:  # resumed where the journal ended: pair what was cut off
             turn = inv.last_turn()
             if turn is not None and inv.pending_calls():
-                await self._run_calls(inv, turn)  # a turn left unfinished by an interruption
-            if self.finished:
-                return self._complete()
-            if self.pending_handoff is not None:  # the caller's part ended; the target goes on
-                inv, self.pending_handoff = self.pending_handoff, None
-                self.current = inv
+                await self._run_calls(inv, turn)
+            step = first
+        else:
+            step = await self._step(inv)
+        while True:
+            if isinstance(step, Finished):
+                return self._complete(step.final_text)
+            if isinstance(step, Stopped):
+                return self._fail(step.code, step.message)
+            if isinstance(step, HandedOff):  # the caller's part ended; the target goes on
+                inv = self.current = step.target
                 self._invocation_started(inv)
-                continue
-            last = inv.transcript.items[-1] if inv.transcript.items else None
-            if isinstance(last, AssistantMessage) and not last.calls:
-                if self.run.scene is Scene.SESSION:
-                    return self._complete(final_text=last.text)
-                self._remind(inv, last)
-            if inv.round >= max_rounds:
-                text = (
-                    f"The {max_rounds} rounds of this run are used up and no finishing "
-                    "tool call was accepted."
-                )
-                return self._fail(ErrorCode.MODEL_TOOL_CALL_REQUIRED, text)
-            self.agents.inject(inv)
-            await self._request(inv)
+            step = await self._step(inv)
+
+    async def _step(self, inv: Invocation) -> Next:
+        """One step of a root invocation: run its open turn, or ask the model again."""
+        turn = inv.last_turn()
+        if turn is not None and inv.pending_calls():
+            return await self._run_calls(inv, turn)
+        last = inv.transcript.items[-1] if inv.transcript.items else None
+        if isinstance(last, AssistantMessage) and not last.calls:
+            if self.run.scene is Scene.SESSION:
+                return Finished(last.text)
+            self._remind(inv, last)
+        max_rounds = (inv.profile or self.run.profile).limits.max_rounds
+        if inv.round >= max_rounds:
+            text = (
+                f"The {max_rounds} rounds of this run are used up and no finishing "
+                "tool call was accepted."
+            )
+            return Stopped(ErrorCode.MODEL_TOOL_CALL_REQUIRED, text)
+        self.agents.inject(inv)
+        await self._request(inv)
+        return NextRound()
 
     async def drive_child(self, task: AgentTask) -> None:
         """A delegated task's own loop, in the background, until it returns or ends."""
@@ -388,19 +438,23 @@ class Engine:
 
     async def _run_calls(
         self, inv: Invocation, message: AssistantMessage, number: int | None = None
-    ) -> None:
+    ) -> Next:
+        """Run a turn's calls in order (those without a result yet); say what comes next."""
         number = self.rounds if number is None else number
         calls = message.calls
         if message.finish.truncated:
             for rc in calls:
                 if rc.call_id not in inv.resulted:
                     self._store(inv, rc, truncated_result(rc), number, 0.0)
-            return
+            return self._turn_end(inv, number, NextRound())
         last_index = len(calls) - 1
+        # Calls of this turn that failed, by name (results stored before an interruption too).
+        failed = _failed_names(inv, message) if inv.resulted else []
         # One handoff per turn: a second is refused without disturbing the first,
         # which counts as the turn's last call when only handoffs follow it.
         handoff = inv.snapshot.name_of(HANDOFF)
         handoffs_seen = 0
+        step: Next = NextRound()
         for index, rc in enumerate(calls):
             is_handoff = handoff is not None and rc.name == handoff
             handoffs_seen += is_handoff
@@ -416,24 +470,52 @@ class Engine:
                 self._store(inv, rc, result, number, 0.0)
                 continue
             only_handoffs_after = is_handoff and all(c.name == handoff for c in calls[index + 1 :])
-            await self._run_call(
+            result, after = await self._run_call(
                 inv,
                 rc,
                 number,
+                failed,
                 is_last=index == last_index or only_handoffs_after,
                 second_handoff=is_handoff and handoffs_seen > 1,
             )
+            if result.is_error:
+                failed.append(str(rc.name))
+            if after is not None:
+                step = after
+        return self._turn_end(inv, number, step)
+
+    def _turn_end(self, inv: Invocation, number: int, step: Next) -> Next:
+        """Auto-publish and the no-stranding rule (root invocations), then a checkpoint."""
+        if not inv.is_child:
+            if should_auto_publish(
+                foreground=self.run.foreground,
+                explicit_commits=self.explicit_commits,
+                candidate=self.candidate,
+                published_round=self.published_round,
+                round=number,
+            ):
+                self._auto_publish(number)
+            stop = budget_stop(
+                inv.snapshot,
+                inv.gate.calls_used,
+                foreground=self.run.foreground,
+                explicit_commits=self.explicit_commits,
+            )
+            if stop is not None and isinstance(step, NextRound):
+                step = stop
         self._checkpoint()  # the end of a turn
+        return step
 
     async def _run_call(
         self,
         inv: Invocation,
         rc: RecordedCall,
         number: int,
+        failed: Sequence[str],
         *,
         is_last: bool,
         second_handoff: bool = False,
-    ) -> None:
+    ) -> tuple[AgentToolResult, Next | None]:
         snapshot = inv.snapshot
         name = rc.name if isinstance(rc.name, str) else None
         binding = snapshot.by_name(name) if name is not None else None
@@ -458,6 +540,7 @@ class Engine:
         )
         inv.requested.add(rc.call_id)
         started = time.monotonic()
+        after: Next | None = None
         if binding is not None and second_handoff:
             result = second_handoff_result(rc, binding)
         elif binding is not None and binding.tool_id in inv.gate.finishing and not is_last:
@@ -469,51 +552,141 @@ class Engine:
             )
             executed = await inv.gate.handle(rc.call, round=number)
             result, effect = executed.result, executed.effect
-            if isinstance(effect, CommitRequested):
-                await self._commit(rc, effect)
-            elif isinstance(
-                effect, DelegateRequested | AwaitRequested | TaskReturned | HandoffAccepted
-            ):
+            handler = self._effects.get(type(effect))
+            if handler is not None:
                 assert binding is not None  # effects come only from dispatched tools
-                result = await self.agents.apply(inv, rc, binding, effect)
-            elif isinstance(effect, Finish):
-                if self.run.foreground and self.commits_confirmed == 0:
-                    result = commit_required_result(rc, snapshot)
-                else:
-                    self.finished = True
-                    self.journal.append(
-                        "finish_accepted",
-                        {"callId": rc.call_id, "invocationId": inv.id, "reason": effect.reason},
-                    )
+                result, after = await handler(inv, rc, binding, result, effect, failed)
+            if not inv.is_child:
+                self._note_candidate(result, effect)
             self._store(inv, rc, result, number, time.monotonic() - started)
             if isinstance(effect, FileWritten | FilePatched | CommitRequested):
                 self._checkpoint()  # state-changing effects are followed by a checkpoint
-            return
+            return result, after
         self._store(inv, rc, result, number, time.monotonic() - started)
+        return result, None
 
-    async def _commit(self, rc: RecordedCall, effect: CommitRequested) -> None:
+    # ------------------------------------------------------------ effect handlers
+
+    async def _on_commit(
+        self,
+        inv: Invocation,
+        rc: RecordedCall,
+        binding: ToolBinding,
+        result: AgentToolResult,
+        effect: CommitRequested,
+        failed: Sequence[str],
+    ) -> tuple[AgentToolResult, Next | None]:
+        await self._commit(rc.call_id, effect)
+        return result, None
+
+    async def _on_agent(
+        self,
+        inv: Invocation,
+        rc: RecordedCall,
+        binding: ToolBinding,
+        result: AgentToolResult,
+        effect: DelegateRequested | AwaitRequested | TaskReturned,
+        failed: Sequence[str],
+    ) -> tuple[AgentToolResult, Next | None]:
+        return await self.agents.apply(inv, rc, binding, effect), None
+
+    async def _on_handoff(
+        self,
+        inv: Invocation,
+        rc: RecordedCall,
+        binding: ToolBinding,
+        result: AgentToolResult,
+        effect: HandoffAccepted,
+        failed: Sequence[str],
+    ) -> tuple[AgentToolResult, Next | None]:
+        answer, target = self.agents.handoff(inv, rc, binding, effect)
+        return answer, None if target is None else HandedOff(target)
+
+    async def _on_finish(
+        self,
+        inv: Invocation,
+        rc: RecordedCall,
+        binding: ToolBinding,
+        result: AgentToolResult,
+        effect: Finish,
+        failed: Sequence[str],
+    ) -> tuple[AgentToolResult, Next | None]:
+        refusal = finish_refusal(
+            rc,
+            inv.snapshot,
+            is_child=inv.is_child,
+            foreground=self.run.foreground,
+            explicit_commits=self.explicit_commits,
+            failed_before=failed,
+        )
+        if refusal is not None:
+            return refusal, None
+        self.journal.append(
+            "finish_accepted",
+            {"callId": rc.call_id, "invocationId": inv.id, "reason": effect.reason},
+        )
+        return result, Finished()
+
+    # ------------------------------------------------------------ commits
+
+    def _note_candidate(self, result: AgentToolResult, effect: AgentToolEffect) -> None:
+        candidate = candidate_after(result, effect, self.candidate)
+        if candidate != self.candidate:
+            self.candidate = candidate
+            self.journal.append("auto_commit_candidate", {"candidate": candidate})
+
+    def _auto_publish(self, number: int) -> None:
+        """Publish the message body (the policy decided it is due this round)."""
+        self.published_round = number
+        self.candidate = False
+        self.journal.append("auto_commit_candidate", {"candidate": False, "round": number})
+        try:
+            if not self.run.workspace.read_bytes(MESSAGE_BODY).strip():
+                return  # an emptied body is not a reply
+        except FileNotFoundError:  # removed by a later call of the turn
+            return
+        chat = self.run.chat
+        if chat is None:
+            return
+        call_id = f"auto_round_{number:03d}"
+        effect = CommitRequested(MESSAGE_BODY, "replace", AUTO_PUBLISH_REASON)
+        index = self._commit_requested(call_id, effect, auto=True)
+        receipt = chat.apply_effect(effect, self.run.workspace)
+        self._commit_confirmed(call_id, index, receipt, auto=True)
+
+    async def _commit(self, call_id: str, effect: CommitRequested) -> None:
         chat = self.run.chat
         if chat is None:  # the commit tool refuses without a chat; defensive
             return
-        self.commits_requested += 1
-        index = self.commits_requested
-        self.journal.append(
-            "commit_requested",
-            {"callId": rc.call_id, "index": index, "path": effect.path, "mode": effect.mode},
-        )
+        index = self._commit_requested(call_id, effect, auto=False)
         receipt = await asyncio.to_thread(chat.apply_effect, effect, self.run.workspace)
+        self._commit_confirmed(call_id, index, receipt, auto=False)
+
+    def _commit_requested(self, call_id: str, effect: CommitRequested, *, auto: bool) -> int:
+        self.commits_requested += 1
+        payload = {
+            "callId": call_id,
+            "index": self.commits_requested,
+            "path": effect.path,
+            "mode": effect.mode,
+        }
+        self.journal.append("commit_requested", payload | ({"auto": True} if auto else {}))
+        return self.commits_requested
+
+    def _commit_confirmed(
+        self, call_id: str, index: int, receipt: CommitReceipt, *, auto: bool
+    ) -> None:
         self.commits_confirmed = index
+        self.explicit_commits += not auto
         self.floor = receipt.floor
-        self.journal.append(
-            "commit_confirmed",
-            {
-                "callId": rc.call_id,
-                "index": index,
-                "floor": receipt.floor,
-                "created": receipt.created,
-                "chars": receipt.chars,
-            },
-        )
+        payload = {
+            "callId": call_id,
+            "index": index,
+            "floor": receipt.floor,
+            "created": receipt.created,
+            "chars": receipt.chars,
+        }
+        self.journal.append("commit_confirmed", payload | ({"auto": True} if auto else {}))
 
     def _store(
         self,
@@ -647,7 +820,6 @@ class Engine:
             "journalSeq": self.journal.seq,
             "rounds": self.rounds,
             "current": self.current.id,
-            "finished": self.finished,
             "commits": {"requested": self.commits_requested, "confirmed": self.commits_confirmed},
             "invocations": {
                 inv.id: {
@@ -662,43 +834,15 @@ class Engine:
         save_checkpoint(self.run.run_dir, state, durable=self.journal.fsync)
 
     def _rebuild(self) -> RunResult | None:
-        """Live state from the journal and checkpoint; a finished run's result, if it ended."""
+        """Live state as the fold of the journal's events (plus the checkpoint's gate counts).
+
+        Sets :attr:`resume_at` where the journal left the run (a finish or a handoff
+        accepted but not yet acted on). Returns the run's result if it had ended.
+        """
         events = read_events(self.run.run_dir / run_layout.JOURNAL_FILE)
         by_id = {inv.id: inv for inv in self.run.invocations}
-        self.pending_commit: dict[str, Any] | None = None
         for event in events:
-            kind, p = event["type"], event["payload"]
-            if kind == "invocation_started":
-                if p.get("kind") == "child":
-                    continue
-                self.current = by_id[p["invocationId"]]
-                self.finished = False
-            elif kind == "model_response_stored":
-                inv = by_id[p["invocationId"]]
-                item = Transcript.from_json({"items": [p["message"]]}).items[0]
-                inv.transcript = inv.transcript.append(item)
-                inv.round += 1
-                if not inv.is_child:
-                    self.rounds = int(p["round"])
-            elif kind == "tool_call_requested":
-                by_id[p["invocationId"]].requested.add(p["callId"])
-            elif kind == "tool_result_stored":
-                inv = by_id[p["invocationId"]]
-                item = Transcript.from_json({"items": [{"type": "result", **p["result"]}]}).items[0]
-                inv.transcript = inv.transcript.append(item)
-                inv.resulted.add(p["callId"])
-            elif kind in ("reminder_added", "task_results_injected"):
-                inv = by_id[p["invocationId"]]
-                inv.transcript = inv.transcript.append(UserMessage(p["text"]))
-            elif kind == "commit_requested":
-                self.commits_requested = int(p["index"])
-                self.pending_commit = p
-            elif kind == "commit_confirmed":
-                self.commits_confirmed = int(p["index"])
-                self.floor = p.get("floor")
-                self.pending_commit = None
-            elif kind == "finish_accepted":
-                self.finished = True
+            self._fold(event, by_id)
         checkpoint = load_checkpoint(self.run.run_dir)
         if checkpoint is not None:
             for inv_id, state in checkpoint.get("invocations", {}).items():
@@ -712,6 +856,46 @@ class Engine:
             if event["type"] in ("run_resumed", "invocation_started", "run_started"):
                 break
         return None
+
+    def _fold(self, event: Event, by_id: dict[str, Invocation]) -> None:
+        """Apply one journal event to the engine's state (resume replays them all)."""
+        kind, p = event["type"], event["payload"]
+        if kind == "invocation_started":
+            if p.get("kind") != "child":
+                self.current = by_id[p["invocationId"]]
+                self.resume_at = None
+        elif kind == "model_response_stored":
+            inv = by_id[p["invocationId"]]
+            item = Transcript.from_json({"items": [p["message"]]}).items[0]
+            inv.transcript = inv.transcript.append(item)
+            inv.round += 1
+            if not inv.is_child:
+                self.rounds = int(p["round"])
+        elif kind == "tool_call_requested":
+            by_id[p["invocationId"]].requested.add(p["callId"])
+        elif kind == "tool_result_stored":
+            inv = by_id[p["invocationId"]]
+            item = Transcript.from_json({"items": [{"type": "result", **p["result"]}]}).items[0]
+            inv.transcript = inv.transcript.append(item)
+            inv.resulted.add(p["callId"])
+        elif kind in ("reminder_added", "task_results_injected"):
+            inv = by_id[p["invocationId"]]
+            inv.transcript = inv.transcript.append(UserMessage(p["text"]))
+        elif kind == "commit_requested":
+            self.commits_requested = int(p["index"])
+            self.pending_commit = p
+        elif kind == "commit_confirmed":
+            self.commits_confirmed = int(p["index"])
+            self.explicit_commits += not p.get("auto", False)
+            self.floor = p.get("floor")
+            self.pending_commit = None
+        elif kind == "auto_commit_candidate":
+            self.candidate = bool(p["candidate"])
+            self.published_round = int(p.get("round", self.published_round))
+        elif kind == "finish_accepted":
+            self.resume_at = Finished()
+        elif kind == "handoff_accepted":
+            self.resume_at = HandedOff(by_id[p["toInvocationId"]])
 
     def _reconcile_commit(self) -> None:
         """A commit journaled as requested but not confirmed: ask the chat file."""
@@ -728,11 +912,14 @@ class Engine:
             applied = int(meta.get("commits", 1))
         if applied == index:
             self.commits_confirmed = index
+            self.explicit_commits += not pending.get("auto", False)
             self.floor = floor
             self.confirmed_calls[pending["callId"]] = pending["path"]
+            auto = {"auto": True} if pending.get("auto") else {}
             self.journal.append(
                 "commit_confirmed",
-                {"callId": pending["callId"], "index": index, "floor": floor, "reconciled": True},
+                {"callId": pending["callId"], "index": index, "floor": floor, "reconciled": True}
+                | auto,
             )
         elif applied == index - 1:
             self.commits_requested = index - 1

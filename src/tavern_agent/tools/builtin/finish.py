@@ -1,6 +1,6 @@
 """``workspace.finish``: end the run (chat scene, a finishing tool: last call of its turn).
 
-The tool only asks; the runtime decides (:mod:`tavern_agent.runtime.finish`):
+The tool only asks; the runtime decides (:mod:`tavern_agent.runtime.policy`):
 a foreground chat run without a confirmed commit is refused with
 ``agent.foreground_commit_required``, and a finish that is not the last call
 of its turn gets ``agent.tool_after_finish``.

@@ -1,0 +1,48 @@
+"""What happens after a step of the run loop, as a value.
+
+A step (one model request, or one turn's calls) returns a :data:`Next`; the
+loop in :mod:`tavern_agent.runtime.loop` acts on it. Nothing else carries a
+turn's outcome: there are no ``finished`` or ``pending handoff`` flags to keep
+in step, and a resumed run starts from the :data:`Next` that its journal's
+fold ends on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tavern_agent.core.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from tavern_agent.runtime.invocation import Invocation
+
+
+@dataclass(frozen=True, slots=True)
+class NextRound:
+    """Ask the model again (after a turn's calls, a reminder, or injected task results)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The run is done: a finishing call was accepted, or a session answered in text."""
+
+    final_text: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HandedOff:
+    """The current agent's part ended; ``target`` (a new invocation) goes on."""
+
+    target: Invocation
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The run cannot go on; it ends failed, or partly successful if it committed."""
+
+    code: ErrorCode
+    message: str
+
+
+Next = NextRound | Finished | HandedOff | Stopped
