@@ -169,6 +169,43 @@ def test_call_activates_the_folders_lorebooks(st: Path, tmp_path: Path) -> None:
     assert "Seraphina:" in glade and "{{char}}" not in glade
 
 
+def test_world_info_flags_override_the_settings(st: Path, tmp_path: Path) -> None:
+    def listing(*flags: str) -> str:
+        proc = run(
+            "call", "worldinfo_read_activated", "{}", "--json",
+            "--st-data", str(st), "--character", "Seraphina", *flags,
+            data_dir=tmp_path / "data",
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return str(json.loads(proc.stdout)["content"])
+
+    assert "worldinfo:Toaru#" in listing()  # "Tokiwadai" is 2 messages back (depth 4)
+    assert "worldinfo:Toaru#" not in listing("--wi-depth", "1")
+    assert "worldinfo:Toaru#" in listing("--wi-depth", "1", "--wi-min-activations", "3")
+
+
+def test_group_run_replies_as_the_member_and_keeps_the_old_format(st: Path, tmp_path: Path) -> None:
+    turns = [
+        [("workspace_write_file", {"file_path": "output/main.md", "content": "Bow to me!"})],
+        [("workspace_commit", {"reason": "the reply"})],
+        [("workspace_finish", {})],
+    ]
+    path = st / "group chats" / "1701000000001.jsonl"
+    before = path.read_bytes()
+    with OpenAIServer(turns) as model:
+        proc = run(
+            "run", "--st-data", str(st), "--group", "Adventurers",
+            "--model", "local", "--base-url", model.base_url, "--json",
+            data_dir=tmp_path / "data",
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    after = path.read_bytes()
+    assert after.startswith(before + b"\n")  # still no header line: floors stay where they were
+    chat = parse_chat(after)
+    assert not chat.has_header and [m.name for m in chat.messages] == ["Aqua", "Ann", "Aqua"]
+    assert date_format(chat.messages[-1].raw["send_date"]) == "humanized"
+
+
 def test_run_commits_a_reply_sillytavern_shows(st: Path, tmp_path: Path) -> None:
     turns = [
         [("workspace_write_file", {"file_path": "output/main.md", "content": REPLY})],
