@@ -146,9 +146,11 @@ def test_group_selection(st: Path) -> None:
     assert chosen.chat_file.name == "1701000000001.jsonl"
     assert chosen.card is not None and chosen.card.name == "Aqua"  # the newest to speak
     assert chosen.group_members == ("Seraphina", "Aqua")
-    assert "Eldoria" in [b.name for b in chosen.books]  # every member's own book
+    # SillyTavern scans the replying member's own books only (getCharacterLore, this_chid)
+    assert "Eldoria" not in [b.name for b in chosen.books]
     picked = open_st_data(st, group="Adventurers", character="Seraphina")
     assert picked.card is not None and picked.card.name == "Seraphina"
+    assert "Eldoria" in [b.name for b in picked.books]
 
 
 def test_call_activates_the_folders_lorebooks(st: Path, tmp_path: Path) -> None:

@@ -14,8 +14,8 @@
 would scan for it (``getSortedEntries``): the chat's bound book
 (``chat_metadata.world_info``), the persona's book, the character's own book
 (the card's ``extensions.world`` plus its extra books in
-``world_info.charLore``; in a group, every member's) and the global
-selection (``world_info.globalSelect``), each book once. A card's embedded
+``world_info.charLore``; in a group, the replying member's only) and the
+global selection (``world_info.globalSelect``), each book once. A card's embedded
 lorebook counts only once imported into ``worlds/`` (as in SillyTavern).
 Everything is read only; commits go to the chat file itself, through a
 symlink to the real file.
@@ -251,6 +251,7 @@ def open_st_data(
             mine = [p for p in mine if p.is_file()]
             chat_file = max(mine, key=lambda p: p.stat().st_mtime_ns) if mine else chat_file
         card_path, card = _speaker(root, cards, character, chat_file)
+        cards = [(card_path, card)]  # SillyTavern scans the replying member's books only
     else:
         if character is None:
             raise StDataError("--st-data needs --character NAME or --group NAME")
