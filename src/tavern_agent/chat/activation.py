@@ -57,30 +57,21 @@ Not modelled: vector matching, generation-type triggers, extension prompts
 (Author's Note) in the scan text, and writing new timed effects back.
 
 Speed (none of it changes which entries activate): a lorebook is compiled once
-and the plan kept while its entries' fields stay the same (``_plan``); a
-plain key can only occur where its first, middle and last trigrams do, so a
-pass looks only at entries with a key whose trigrams are all in the text
-(found for all keys at once through a trigram table), plus the entries that
-can activate another way (constant, decorated, sticky, regex, short or blank
-keys, extra scan texts); regex keys that only look at the characters they
-match resume their search near the end of a text they already failed on,
-since the recursion buffer only grows by appending.
+and the plan kept while its entries' fields stay the same (``_plan``); a pass
+looks only at entries with a key whose trigrams are all in the text (a
+:class:`~tavern_agent.chat.key_match.KeyTable`), plus the entries that can
+activate another way (constant, decorated, sticky, regex, short or blank
+keys, extra scan texts). :mod:`tavern_agent.chat.key_match` matches the keys.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
-import importlib
 import logging
 import math
 import random
-import re
-import string
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any
 
 from tavern_agent.chat.formats import (
@@ -93,7 +84,7 @@ from tavern_agent.chat.formats import (
     js_key_order,
     truthy,
 )
-from tavern_agent.chat.js_regex import JsRegex, Untranslatable, compile_key
+from tavern_agent.chat.key_match import Grams, KeyTable, TableState, compile_keys
 from tavern_agent.chat.macros import MacroValues, substitute
 from tavern_agent.chat.timed import TimedState, active_effects, entry_hash
 
@@ -105,9 +96,6 @@ MAX_SCAN_DEPTH = 1000
 CHARS_PER_TOKEN = 3.35
 RECURSION_HARD_CAP = 100  # passes, when max_recursion_steps is 0 (a cycle must end)
 KNOWN_DECORATORS = ("@@activate", "@@dont_activate")
-_JS_SPACE = re.compile(
-    "[\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+"
-)
 
 # Entry flags that add a text to what the entry scans, and the ScanContext text each adds.
 EXTRA_TEXTS = (
@@ -252,160 +240,6 @@ class ScanMessage:
     mes: str
 
 
-class _Grams:
-    """Per activation: character trigram sets of the texts scanned (once per text), and
-    for each regex key the last text it was searched in without a match."""
-
-    def __init__(self) -> None:
-        self._sets: dict[int, tuple[str, set[str]]] = {}
-        self.misses: dict[int, str] = {}
-
-    def of(self, text: str) -> set[str]:
-        found = self._sets.get(id(text))
-        if found is None or found[0] is not text:
-            start, grams = 0, set()
-            for before, known in self._sets.values():  # a text the buffer has grown from
-                if len(before) > start and text.startswith(before):
-                    start, grams = len(before), known
-            grams = grams | {text[i : i + 3] for i in range(max(start - 2, 0), len(text) - 2)}
-            found = self._sets[id(text)] = (text, grams)
-        return found[1]
-
-
-_LOCAL_OPS = frozenset(
-    {"LITERAL", "NOT_LITERAL", "ANY", "IN", "SUBPATTERN", "BRANCH", "MAX_REPEAT"}
-    | {"MIN_REPEAT", "POSSESSIVE_REPEAT", "ATOMIC_GROUP"}
-)
-
-
-def _local(tree: Any) -> bool:
-    """No anchors, word boundaries, lookarounds or back references anywhere in the tree."""
-    for op, av in tree:
-        name = str(op)
-        if name not in _LOCAL_OPS:
-            return False
-        if name == "SUBPATTERN" and not _local(av[3]):
-            return False
-        if name == "BRANCH" and not all(_local(branch) for branch in av[1]):
-            return False
-        if name.endswith("_REPEAT") and not _local(av[2]):
-            return False
-        if name == "ATOMIC_GROUP" and not _local(av):
-            return False
-    return True
-
-
-def _reach(pattern: str, flags: int) -> int | None:
-    """The longest text a regex can match, if it is bounded and the regex is local.
-
-    A local regex matches at a position or not by the characters it matches alone, so
-    once it found nothing in a text, it can only find something in a longer text with
-    that prefix in a match ending past the old end: the search can start ``reach - 1``
-    characters before it. (The recursion buffer only ever grows that way.)
-    """
-    try:
-        parser: Any = importlib.import_module("re._parser")
-        tree = parser.parse(pattern, flags)
-        if not _local(tree):
-            return None
-        high = int(tree.getwidth()[1])
-    except Exception:  # another Python's parser: just search whole texts
-        return None
-    return high if high <= 4096 else None
-
-
-_ASCII_WORD = frozenset(string.ascii_letters + string.digits + "_")
-
-
-def _has_word(text: str, key: str) -> bool:
-    r"""``re.search(rf"(?:^|\W)({re.escape(key)})(?:$|\W)", text, re.ASCII)``, faster.
-
-    The regex matches where ``key`` occurs with a non-word character or the start of the
-    text before it, and a non-word character or the end after it (a final newline is a
-    non-word character too, so ``$`` before one adds nothing).
-    """
-    end = len(key)
-    at = text.find(key)
-    while at >= 0:
-        if (at == 0 or text[at - 1] not in _ASCII_WORD) and (
-            at + end == len(text) or text[at + end] not in _ASCII_WORD
-        ):
-            return True
-        at = text.find(key, at + 1)
-    return False
-
-
-class _Key:
-    """One compiled key (macros substituted, trimmed): a regex, or plain text with options."""
-
-    __slots__ = ("always", "grams", "never", "reach", "regex", "text", "word")
-
-    def __init__(self, key: str, case_sensitive: bool, whole_words: bool) -> None:
-        self.regex: JsRegex | None = None
-        self.always = key == ""  # a blank key: ``includes("")`` is always true
-        self.never = False
-        self.word = False  # a plain key matched as a whole word
-        self.text = key if case_sensitive else key.lower()
-        self.grams: frozenset[str] | None = None  # trigrams every match holds (plain keys)
-        self.reach: int | None = None  # see ``_reach`` (regex keys)
-        try:
-            self.regex = compile_key(key)
-        except Untranslatable as exc:  # valid in JavaScript, not expressible here
-            log.warning("world info key %r cannot be evaluated: %s", key, exc)
-            self.never = True
-            return
-        if self.regex is not None:
-            if not self.regex.sticky:
-                self.reach = _reach(self.regex.regex.pattern, self.regex.regex.flags)
-            return
-        if whole_words and len(_JS_SPACE.split(self.text)) <= 1:
-            self.word = True  # SillyTavern's /(?:^|\W)(key)(?:$|\W)/: see ``_has_word``
-        if len(self.text) >= 3:
-            t, mid = self.text, len(self.text) // 2
-            self.grams = frozenset((t[:3], t[mid - 1 : mid + 2], t[-3:]))
-
-    def matches(self, raw: str, folded: str, case_sensitive: bool, grams: _Grams) -> bool:
-        if self.always or self.never:
-            return self.always
-        # A plain key can only occur if its trigrams do: a cheap, exact pre-check.
-        if self.grams is not None and not self.grams <= grams.of(raw if case_sensitive else folded):
-            return False
-        if self.word:
-            return _has_word(raw if case_sensitive else folded, self.text)
-        if self.regex is not None:
-            if self.regex.sticky:
-                return self.regex.test(raw)
-            start = 0
-            missed = grams.misses.get(id(self))
-            if self.reach is not None and missed is not None and raw.startswith(missed):
-                start = max(len(missed) - self.reach + 1, 0)
-            if self.regex.regex.search(raw, start) is not None:
-                return True
-            grams.misses[id(self)] = raw
-            return False
-        return self.text in (raw if case_sensitive else folded)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _key(key: str, case_sensitive: bool, whole_words: bool) -> _Key:
-    """Compiled keys are shared between entries and calls (a key never changes)."""
-    return _Key(key, case_sensitive, whole_words)
-
-
-def _compile_keys(
-    value: Any, macros: MacroValues, case_sensitive: bool, whole_words: bool
-) -> list[_Key | None] | None:
-    """A key list: ``None`` when it is no array; ``None`` items never match (empty keys)."""
-    if not isinstance(value, list):
-        return None
-    keys: list[_Key | None] = []
-    for raw in value:
-        text = "" if raw is None or isinstance(raw, bool | dict | list) else str(raw)
-        substituted = substitute(text, macros)
-        keys.append(_key(substituted.strip(), case_sensitive, whole_words) if substituted else None)
-    return keys
-
-
 def _decorators(content: str) -> tuple[list[str], str]:
     """SillyTavern's ``parseDecorators``: leading ``@@`` lines, and the content after them."""
     if not content.startswith("@@"):
@@ -450,8 +284,8 @@ class _Compiled:
         self.case_sensitive = settings.case_sensitive if case is None else case
         whole = entry.match_whole_words
         whole = settings.match_whole_words if whole is None else whole
-        self.keys = _compile_keys(entry.raw.get("key"), macros, self.case_sensitive, whole)
-        secondary = _compile_keys(entry.raw.get("keysecondary"), macros, self.case_sensitive, whole)
+        self.keys = compile_keys(entry.raw.get("key"), macros, self.case_sensitive, whole)
+        secondary = compile_keys(entry.raw.get("keysecondary"), macros, self.case_sensitive, whole)
         self.secondary = secondary if entry.selective and secondary else None
         self.scan_depth = entry.scan_depth  # None: the global depth (which min activations grows)
         self.extras = tuple(f for f in EXTRA_TEXTS if entry.matches_extra(f))
@@ -468,11 +302,11 @@ class _Compiled:
             and not self.extras
         )
 
-    def primary(self, raw: str, folded: str, grams: _Grams) -> bool:
+    def primary(self, raw: str, folded: str, grams: Grams) -> bool:
         case = self.case_sensitive
         return any(k is not None and k.matches(raw, folded, case, grams) for k in self.keys or ())
 
-    def secondary_ok(self, raw: str, folded: str, grams: _Grams) -> bool:
+    def secondary_ok(self, raw: str, folded: str, grams: Grams) -> bool:
         if not self.secondary:
             return True
         case = self.case_sensitive
@@ -488,7 +322,7 @@ class _Compiled:
             return all(hits)
         return False
 
-    def score(self, raw: str, folded: str, grams: _Grams) -> int:
+    def score(self, raw: str, folded: str, grams: Grams) -> int:
         """Group scoring: matching primary keys, plus secondary ones for AND ANY / AND ALL."""
         if not self.keys:
             return 0
@@ -503,53 +337,6 @@ class _Compiled:
         if logic == AND_ALL and found and all(found):
             return primary + len(found)
         return primary
-
-
-class _Table:
-    """Trigram → the keys holding it, for the entries that scan one text."""
-
-    def __init__(self) -> None:
-        self.slots: dict[str, list[int]] = {}
-        self.need: list[int] = []  # per key: how many trigrams it has
-        self.owner: list[int] = []  # per key: its entry's place in the sorted list
-
-    def add(self, at: int, compiled: _Compiled) -> None:
-        for key in compiled.keys or ():
-            if key is None:
-                continue  # an empty key matches nothing
-            assert key.grams is not None
-            slot = len(self.need)
-            self.need.append(len(key.grams))
-            self.owner.append(at)
-            for gram in key.grams:
-                self.slots.setdefault(gram, []).append(slot)
-
-    def candidates(self, seen: set[str], state: _TableState) -> set[int]:
-        """The entries with a key all of whose trigrams are in ``seen``.
-
-        ``state`` holds the answer for an earlier, smaller trigram set (the recursion
-        buffer only grows), so only trigrams new since then are looked up.
-        """
-        if not state.grams <= seen:
-            state.grams, state.counts, state.found = set(), Counter(), set()
-        present = (seen - state.grams).intersection(self.slots)
-        state.grams = seen
-        hits = Counter(chain.from_iterable(map(self.slots.__getitem__, present)))
-        need, owner, counts = self.need, self.owner, state.counts
-        for slot, count in hits.items():
-            counts[slot] += count
-            if counts[slot] == need[slot]:
-                state.found.add(owner[slot])
-        return state.found
-
-
-class _TableState:
-    """One activation's progress through a ``_Table``."""
-
-    def __init__(self) -> None:
-        self.grams: set[str] = set()
-        self.counts: Counter[int] = Counter()
-        self.found: set[int] = set()
 
 
 class _Buffer:
@@ -621,7 +408,7 @@ _PLANNED = (
 class _Plan:
     compiled: list[_Compiled]  # enabled entries, in processing order
     always: list[int]  # looked at in every pass
-    tables: dict[tuple[int | None, bool], _Table]  # (own scan depth, case) → keyed entries
+    tables: dict[tuple[int | None, bool], KeyTable]  # (own scan depth, case) → keyed entries
     levels: list[int]  # delayUntilRecursion levels, ascending
     timed: list[int]  # entries with sticky or cooldown
 
@@ -664,7 +451,7 @@ def _plan(books: Sequence[WorldBook], settings: ActivationSettings, macros: Macr
 
     Entries that can only activate through plain keys with trigrams are looked at only
     when the text they scan holds every trigram of one of those keys (the exact
-    pre-check of ``_Key.matches``, done for all keys at once); the others are looked at
+    pre-check of ``Key.matches``, done for all keys at once); the others are looked at
     in every pass. A plan is kept for the same book objects, settings and names while
     the entry fields it was made from stay the same, so a lorebook is compiled once.
     """
@@ -685,7 +472,7 @@ def _plan(books: Sequence[WorldBook], settings: ActivationSettings, macros: Macr
         if not c.keyed:
             plan.always.append(at)
             continue
-        plan.tables.setdefault((c.scan_depth, c.case_sensitive), _Table()).add(at, c)
+        plan.tables.setdefault((c.scan_depth, c.case_sensitive), KeyTable()).add(at, c.keys or ())
     _PLANS.pop(cache_key, None)
     while len(_PLANS) >= _PLANS_KEPT:
         del _PLANS[next(iter(_PLANS))]
@@ -703,8 +490,8 @@ class _Scan:
     buffer: _Buffer
     rng: random.Random
     chat_length: int
-    grams: _Grams = field(default_factory=lambda: _Grams())
-    states: dict[int, _TableState] = field(default_factory=dict)
+    grams: Grams = field(default_factory=lambda: Grams())
+    states: dict[int, TableState] = field(default_factory=dict)
     activated: dict[int, tuple[_Compiled, str, str]] = field(default_factory=dict)
     failed: set[int] = field(default_factory=set)
     timed: TimedState = field(default_factory=TimedState)
@@ -736,7 +523,7 @@ class _Scan:
             raw, folded = self.buffer.text(depth, (), state)
             if not raw:
                 continue
-            progress = self.states.setdefault(id(table), _TableState())
+            progress = self.states.setdefault(id(table), TableState())
             todo.update(table.candidates(self.grams.of(raw if case else folded), progress))
         return sorted(todo)
 
