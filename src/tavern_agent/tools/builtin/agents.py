@@ -110,6 +110,7 @@ async def DELEGATE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     },
     scenes=CHAT_ONLY,
     child_drop=True,
+    read_only=True,
 )
 async def AWAIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     ids = args.get("taskIds")
