@@ -428,6 +428,30 @@ def test_string_hash_is_sillytavern_cyrb53() -> None:
         assert string_hash(text) == context.eval(f"h({json.dumps(text)})")
 
 
+def test_entry_hash_matches_sillytavern_on_eldoria() -> None:
+    # getSortedEntries: {uid, world, ...rest}, then {...entry, decorators, content}, hashed
+    # with getStringHash(JSON.stringify(entry)): computed here in a JavaScript engine.
+    from quickjs_rs import Runtime
+
+    context = Runtime().new_context()
+    context.eval(
+        "globalThis.h = (str, seed = 0) => { let h1 = 0xdeadbeef ^ seed, h2 = 0x41c6ce57 ^ seed;"
+        " for (let i = 0, ch; i < str.length; i++) { ch = str.charCodeAt(i);"
+        " h1 = Math.imul(h1 ^ ch, 2654435761); h2 = Math.imul(h2 ^ ch, 1597334677); }"
+        " h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);"
+        " h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);"
+        " return 4294967296 * (2097151 & h2) + (h1 >>> 0); };"
+        " globalThis.entryHash = (raw, world) => { const { uid, ...rest } = raw;"
+        " const entry = { uid, world, ...rest };"
+        " return h(JSON.stringify({ ...entry, decorators: [], content: entry.content || '' })); };"
+        " null;"
+    )
+    data = json.loads((REAL / "worlds" / "Eldoria.json").read_bytes())
+    for raw in data["entries"].values():
+        ours = entry_hash(raw, "Eldoria", [], raw["content"])
+        assert ours == context.eval(f"entryHash({json.dumps(raw)}, 'Eldoria')")
+
+
 def test_sticky_and_cooldown_from_chat_metadata() -> None:
     raw = {"uid": 1, "key": ["rain"], "content": "c1", "sticky": 3, "cooldown": 2}
     book = parse_world({"entries": {"1": raw}}, "W")

@@ -62,8 +62,14 @@ def entry_hash(raw: Mapping[str, Any], world: str, decorators: list[str], conten
     """The hash SillyTavern gives a loaded entry (see the module docstring)."""
     obj: dict[str, Any] = {"uid": raw.get("uid"), "world": world}
     obj.update((k, v) for k, v in raw.items() if k != "uid")
-    obj["content"] = content
-    obj["decorators"] = decorators
+    # {...entry, decorators, content}: content keeps its place, decorators go last
+    # (after them comes content only when the entry had none).
+    if "content" in obj:
+        obj["content"] = content
+        obj["decorators"] = decorators
+    else:
+        obj["decorators"] = decorators
+        obj["content"] = content
     text = json.dumps(_js_numbers(obj), ensure_ascii=False, separators=(",", ":"))
     return string_hash(text)
 
