@@ -6,11 +6,14 @@ line's original bytes too: writing a chat re-encodes only the lines that
 changed, so every other line stays byte-identical.
 
 Chat JSONL (SillyTavern ``public/script.js``, ``saveChat``): line 1 is a header
-``{user_name, character_name, create_date, chat_metadata}``; each further line
-is one message ``{name, is_user, is_system, send_date, mes, swipes, swipe_id,
-swipe_info, extra, …}``. A group chat has the same shape; its messages carry
-each speaker's ``name``. SillyTavern writes lines with ``JSON.stringify``:
-compact, non-ASCII kept, ``\\n`` between lines.
+``{user_name, character_name, create_date, chat_metadata}`` (since 1.13
+``{chat_metadata, user_name: "unused", character_name: "unused"}``); each
+further line is one message ``{name, is_user, is_system, send_date, mes,
+swipes, swipe_id, swipe_info, extra, …}``. A group chat has the same shape;
+its messages carry each speaker's ``name``, and one saved by SillyTavern 1.12
+or earlier has no header line. SillyTavern writes lines with
+``JSON.stringify``: compact, non-ASCII kept, ``\\n`` between lines, no final
+newline; it reads any line ``JSON.parse`` accepts and skips the others.
 """
 
 from __future__ import annotations
