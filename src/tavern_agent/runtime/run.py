@@ -71,6 +71,7 @@ class RunSpec:
     seed: int | None = None
     task: str = ""
     model: dict[str, Any] = field(default_factory=dict)  # how the model is reached, for records
+    chat: ChatSource | None = None  # the whole chat source (e.g. from --st-data); wins
 
 
 def _card_fields(card: CharacterCard | None) -> dict[str, Any] | None:
@@ -134,7 +135,7 @@ class Run:
         chat_run: ChatRun | None = None
         chat: ChatFile | None = None
         if spec.chat_file is not None:
-            source = ChatSource(spec.chat_file, spec.books, spec.card, spec.seed)
+            source = spec.chat or ChatSource(spec.chat_file, spec.books, spec.card, spec.seed)
             chat_run, chat, run_dir = assembly.chat_run(
                 source,
                 lambda stable: data.chat_run(stable, run_id, profile).root,
