@@ -314,6 +314,8 @@ def call_command(
             f"(revise it with --run {run_id})",
             err=True,
         )
+        if receipt.merged:
+            click.echo(f"tavern-agent: the chat had changed: {receipt.merged}", err=True)
     if as_json:
         payload = result.to_json() | {"effect": type(executed.effect).__name__}
         click.echo(json.dumps(payload, ensure_ascii=False, indent=2))
