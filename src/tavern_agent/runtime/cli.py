@@ -25,6 +25,7 @@ from tavern_agent.chat.formats import (
 )
 from tavern_agent.cli_options import mcp_ask_option
 from tavern_agent.config import resolve_profile
+from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.core.redact import MASK
@@ -276,14 +277,21 @@ def run_command(
                 assert spec is not None and gateway is not None
                 try:
                     run = Run.start(assembly, spec)
-                except (ChatFormatError, OSError, ValueError) as exc:
+                except OSError as exc:
+                    raise click.ClickException(
+                        f"{ErrorCode.RUN_STORAGE_FAILED}: cannot create the run: {exc}"
+                    ) from None
+                except (ChatFormatError, ValueError) as exc:
                     raise click.UsageError(str(exc)) from None
                 own = gateway
             listeners = () if as_json else (Progress(console, run.run_dir),)
-            engine = Engine(run, own, listeners=listeners)
-            holder["run"], holder["engine"] = run, engine
+            holder["run"] = run
             try:
+                engine = holder["engine"] = Engine(run, own, listeners=listeners)
                 return await (engine.resume() if run_dir is not None else engine.start())
+            except OSError as exc:  # before the loop took over (it ends its own failures)
+                code = ErrorCode.RUN_STORAGE_FAILED.value
+                return RunResult(run.id, "failed", 0, 0, code, f"{type(exc).__name__}: {exc}")
             finally:
                 await own.aclose()
 
@@ -300,8 +308,9 @@ def run_command(
     finally:
         if gateway is not None and "engine" not in holder:
             asyncio.run(gateway.aclose())
-    run, engine = holder["run"], holder["engine"]
-    engine.close()
+    run = holder["run"]
+    if "engine" in holder:
+        holder["engine"].close()
     message = _final_message(run, result)
     if as_json:
         out = {
@@ -323,6 +332,9 @@ def run_command(
             console.print(markup(message))
         elif result.final_text:
             console.print(markup(result.final_text))
+        if result.error_code == ErrorCode.RUN_STORAGE_FAILED:
+            console.print(f"[red]{ErrorCode.RUN_STORAGE_FAILED}[/]: {markup(result.message)}")
+            console.print(f"free space, then continue with: tavern-agent run --resume {run.id}")
         console.print(f"[dim]run folder: {markup(str(run.run_dir))}[/]")
     if result.status not in ("completed", "partial_success"):
         sys.exit(1)

@@ -8,6 +8,7 @@ line; opening the journal again cuts it off (it was never acknowledged), and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -79,12 +80,29 @@ class Journal:
             "payload": dict(payload),
         }
         line = json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
-        os.write(self._fd, line.encode("utf-8", "surrogatepass"))
-        if self.fsync:
-            os.fsync(self._fd)
+        try:
+            self._write(line.encode("utf-8", "surrogatepass"))
+        except OSError:
+            self.seq -= 1
+            raise
         for listener in self.listeners:
             listener(event)
         return event
+
+    def _write(self, data: bytes) -> None:
+        """Append one whole line, or nothing: a full disk may take part of a write."""
+        start = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            done = 0
+            while done < len(data):
+                done += os.write(self._fd, data[done:])
+            if self.fsync:
+                os.fsync(self._fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):  # cut the torn part off; appends go on after
+                os.ftruncate(self._fd, start)
+                os.lseek(self._fd, start, os.SEEK_SET)
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import random
 import secrets
+import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -127,17 +128,36 @@ class Run:
 
     @classmethod
     def start(cls, assembly: Assembly, spec: RunSpec, run_id: str | None = None) -> Run:
-        """Freeze the input, build the root invocation's snapshot, write the run record."""
+        """Freeze the input, build the root invocation's snapshot, write the run record.
+
+        A run that cannot be written whole (a full disk) leaves no folder behind.
+        """
         run_id = run_id or new_run_id()
+        made: list[Path] = []
+        try:
+            return cls._create(assembly, spec, run_id, made)
+        except OSError:
+            for folder in made:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
+
+    @classmethod
+    def _create(cls, assembly: Assembly, spec: RunSpec, run_id: str, made: list[Path]) -> Run:
         profile = spec.profile
         data = assembly.data
         chat_run: ChatRun | None = None
         chat: ChatFile | None = None
         if spec.chat_file is not None:
+
+            def root(stable: str) -> Path:
+                folder = data.chat_run(stable, run_id, profile).root
+                made.append(folder)
+                return folder
+
             source = ChatSource(spec.chat_file, spec.books, spec.card, spec.seed)
             chat_run, chat, run_dir = assembly.chat_run(
                 source,
-                lambda stable: data.chat_run(stable, run_id, profile).root,
+                root,
                 run_id=run_id,
                 profile_id=profile.id,
             )
@@ -147,6 +167,7 @@ class Run:
             ws = data.session(spec.session or "default", profile)
             run_dir = ws.root / "runs" / run_id
             scene = Scene.SESSION
+            made.append(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         record = {
             "schemaVersion": SCHEMA_VERSION,
