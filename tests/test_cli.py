@@ -67,7 +67,8 @@ def test_call_missing_arguments_field(tmp_path: Path) -> None:
     result = json.loads(proc.stdout)
     assert (
         result["content"]
-        == "Arguments for dice_roll do not fit: Missing required parameter `formula`."
+        == "Arguments for dice_roll do not fit: Missing required parameter `formula`. "
+        'Send: {"formula": string}.'
     )
 
 

@@ -184,7 +184,10 @@ async def test_second_page_with_same_tool_id_is_refused(
     await until(lambda: not remote.tools[ECHO].enabled, "echo disabled")
     off = await call(gate, "echo", '{"text": "again"}')
     assert off.error_code is ErrorCode.TOOL_UNAVAILABLE
-    assert off.content == "echo is unavailable (it has been disabled); no action was taken."
+    assert (
+        off.content
+        == "echo is unavailable (it has been disabled); no action was taken. Go on without it."
+    )
 
 
 async def test_refused_without_token_or_from_a_foreign_origin(

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tavern_agent.assembly import Assembly
 from tavern_agent.core.calls import ToolCall
-from tavern_agent.core.descriptors import ToolDescriptor
+from tavern_agent.core.descriptors import Scene, ToolDescriptor
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.ids import ToolId
 from tavern_agent.core.profile import Limits, Profile, ToolSelection
@@ -152,7 +152,7 @@ async def test_per_tool_budget(assembly: Assembly) -> None:
     assert not (await call(gate, "dice_roll", cid="b")).is_error
     third = await call(gate, "dice_roll", cid="c")
     assert third.error_code is ErrorCode.AGENT_TOOL_BUDGET_EXHAUSTED
-    assert "dice_roll has used its 2 calls" in third.content
+    assert "dice_roll has no calls left (its limit here is 2 calls)." in third.content
 
 
 async def test_budgets_are_per_invocation(assembly: Assembly) -> None:
@@ -231,7 +231,7 @@ async def test_external_error_receipt_becomes_an_error_result(
 
 async def test_empty_snapshot_says_so(assembly: Assembly) -> None:
     result = await call(make_gate(assembly, profile()), "anything")
-    assert "this invocation has no tools" in result.content
+    assert "No tools are available here; go on without tool calls." in result.content
 
 
 @st.composite
@@ -300,3 +300,43 @@ async def test_common_aliases_point_to_this_snapshots_name(assembly: Assembly) -
     assert "Call it by its name here: dice_roll." in result.content
     # An alias for a tool this snapshot lacks suggests nothing false.
     assert "Call it by its name" not in (await call(gate, "grep")).content
+
+
+async def test_a_child_calling_commit_is_told_to_return_with_task_return(
+    assembly: Assembly,
+) -> None:
+    writer = profile("builtin:workspace.read_file", "builtin:workspace.commit")
+    snapshot = assembly.snapshot(writer, Scene.CHAT, child=True)
+    result = await call(assembly.gate(snapshot), "workspace_commit", {"reason": "done"})
+    assert result.error_code is ErrorCode.MODEL_UNKNOWN_TOOL_CALL
+    assert "return your result with task_return" in result.content
+    assert "Did you mean" not in result.content
+
+
+async def test_a_builtin_the_profile_lacks_is_named_as_missing(assembly: Assembly) -> None:
+    result = await call(make_gate(assembly, profile(DICE)), "workspace_shell", {"command": "ls"})
+    assert "This agent does not have it; use the tools below. Tools: dice_roll." in result.content
+
+
+async def test_every_missing_parameter_is_named_with_the_shape(assembly: Assembly) -> None:
+    gate = make_gate(assembly, profile("builtin:workspace.apply_patch"))
+    result = await call(gate, "workspace_apply_patch", {})
+    assert result.content == (
+        "Arguments for workspace_apply_patch do not fit: Missing required parameters "
+        '`file_path`, `old_string`, `new_string`. Send: {"file_path": string, '
+        '"old_string": string, "new_string": string, "replace_all"?: boolean}.'
+    )
+
+
+async def test_budget_texts_speak_plainly(assembly: Assembly) -> None:
+    gate = make_gate(assembly, profile(DICE, max_calls=1, per_tool={DICE: 1}))
+    await call(gate, "dice_roll", cid="a")
+    spent = await call(gate, "dice_roll", cid="b")
+    assert spent.content == (
+        "Tool budget spent: the 1 tool call allowed here is used. "
+        "Finish now with what you have, without more tool calls."
+    )
+    gate = make_gate(assembly, profile(DICE, per_tool={DICE: 1}))
+    await call(gate, "dice_roll", cid="a")
+    used = await call(gate, "dice_roll", cid="b")
+    assert used.content.startswith("dice_roll has no calls left (its limit here is 1 call).")

@@ -120,3 +120,35 @@ async def test_very_long_lines_are_wrapped_for_paging(
     stored = (tmp_path / result.structured["path"]).read_text()
     assert stored.replace("\n", "") == one_line
     assert max(len(line) for line in stored.split("\n")) == 3000
+
+
+async def test_the_preview_respects_a_lower_inline_limit(
+    tmp_path: Path, assembly: Assembly, extensions: InMemoryToolSource
+) -> None:
+    profile = setup(extensions, BIG)
+    profile = profile.model_copy(update={"limits": Limits(external_result_inline_char_limit=1_000)})
+    gate = make_gate(assembly, profile, workspace=tmp_path)
+    result = (await gate.handle(ToolCall("c", "dump", None))).result
+    header, _, preview = result.content.partition("\n---\n")
+    assert preview == BIG[:1000]
+    assert "Below are the first 1,000 characters" in header
+
+
+async def test_a_lone_shell_hint_has_no_dangling_or(
+    tmp_path: Path, extensions: InMemoryToolSource
+) -> None:
+    async def unused(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+        raise AssertionError("not called")
+
+    registry = BuiltinRegistry(
+        [BuiltinTool(ToolDescriptor(ToolId.builtin("workspace.shell"), "d"), unused)]
+    )
+    assembly = Assembly(tmp_path / "data", builtins=registry, extensions=extensions)
+    allow = ("extension/e:dump", "builtin:workspace.shell")
+    profile = setup(extensions, BIG).model_copy(update={"tools": ToolSelection(allow=allow)})
+    result = (
+        await make_gate(assembly, profile, workspace=tmp_path).handle(ToolCall("c", "dump"))
+    ).result
+    path = result.structured["path"]
+    assert f"To continue, page it with workspace_shell: sed -n '58,257p' /{path}." in result.content
+    assert " or " not in result.content.split("\n")[1]

@@ -64,6 +64,31 @@ async def test_filters_ties_and_zero_hits(tmp_path: Path, small: Path) -> None:
     assert bad.is_error and bad.error_code == "chat.invalid_range" and "floors 0-4" in bad.content
 
 
+async def test_scan_limit_tool_role_and_the_system_hint(tmp_path: Path) -> None:
+    path = write_chat(
+        tmp_path / "t.jsonl",
+        ["the lantern glows", "a lantern again", "lantern lantern", "no light", "one lantern"],
+    )
+    lines = path.read_text(encoding="utf-8").split("\n")
+    tool_floor = json.loads(lines[3])  # floor 2: a floor recording a tool call
+    tool_floor.update(is_user=False, name="Seraphina")
+    tool_floor["extra"]["tool_invocations"] = [{"name": "lantern_lookup", "result": "lantern"}]
+    lines[3] = json.dumps(tool_floor)
+    path.write_text("\n".join(lines), encoding="utf-8")
+    agent = ChatAgent(tmp_path / "data", path)
+    newest = await agent("chat_search", query="lantern", scan_limit=2)
+    assert [h["floor"] for h in newest.structured["hits"]] == [4]
+    assert "floors 3-4" in newest.content
+    tools = await agent("chat_search", query="lantern", role="tool")
+    assert [h["floor"] for h in tools.structured["hits"]] == [2]
+    assert "floor 2 (tool, Seraphina)" in tools.content
+    assistant = await agent("chat_search", query="lantern", role="assistant")
+    assert [h["floor"] for h in assistant.structured["hits"]] == [1]
+    system = await agent("chat_search", query="lantern", role="system")
+    assert not system.is_error and system.structured["hits"] == []
+    assert "search with hidden: true instead" in system.content
+
+
 async def test_newest_floor_wins_a_tie(tmp_path: Path) -> None:
     path = write_chat(tmp_path / "t.jsonl", ["the lantern", "x", "the lantern", "y"])
     agent = ChatAgent(tmp_path / "data", path)
@@ -99,7 +124,8 @@ async def test_read_messages_pages_and_errors(tmp_path: Path) -> None:
     again = await agent("chat_read_messages", floors=cont[:1])
     assert f"lines {cont[0]['offset']}-" in again.content
     past = await agent("chat_read_messages", floors=[{"floor": 0, "offset": 3}])
-    assert past.error_code == "chat.invalid_range" and "past the end" in past.content
+    assert past.error_code == "chat.invalid_range"
+    assert past.content == ("Floor 0 has 1 line, so offset 3 is past its end. Use offset 1.")
     renamed = await agent("chat_read_messages", floors=[{"index": 0}])
     assert renamed.error_code == "tool.invalid_arguments"
     assert (await agent("chat_read_messages", floors=[])).error_code == "tool.invalid_arguments"

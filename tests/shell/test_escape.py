@@ -244,6 +244,7 @@ async def test_endless_output_and_loops(quick: Agent) -> None:
     assert r.error_code is ErrorCode.WORKSPACE_SHELL_TIMEOUT
     r = await sh(quick, "node -e 'for(;;){}'")
     assert r.structured["exit_code"] == 124 and "time limit" in r.content
+    assert r.error_code is ErrorCode.WORKSPACE_SHELL_TIMEOUT
     r = await sh(quick, "python3 -c 'while True: pass'")
     assert r.is_error
     await _next_call_works(quick)

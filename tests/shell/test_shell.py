@@ -66,6 +66,8 @@ async def test_node_errors_and_limits_come_back_as_exit_codes(quick: Agent) -> N
     assert r.structured["exit_code"] == 1 and "TypeError: bad thing" in r.content
     r = await sh(quick, "node -e 'while (true) {}'; echo after=$?")
     assert "after=124" in r.content and "time limit" in r.content
+    r = await sh(quick, "node -e 'while (true) {}'")  # the script itself ends by its time limit
+    assert r.error_code is ErrorCode.WORKSPACE_SHELL_TIMEOUT and r.structured["timed_out"]
     r = await sh(quick, "node -e \"console.log('x'.repeat(1e8).length)\"; echo rc=$?")
     assert "rc=137" in r.content and "memory limit" in r.content
     r = await sh(quick, "node -e 'function f(n){return f(n+1)+1} f(0)'; echo rc=$?")
@@ -175,7 +177,7 @@ async def test_timeout_keeps_output_and_the_next_call_works(ws: object) -> None:
     assert r.error_code is ErrorCode.WORKSPACE_SHELL_TIMEOUT
     assert r.structured["timed_out"] is True
     assert stdout_of(r) == "before" and "warn" in r.content
-    assert "Timed out after 1 s" in r.content
+    assert "Stopped by a time limit (a call may run 1 s)" in r.content
     assert stdout_of(await sh(agent, "echo next")) == "next"
 
 

@@ -79,7 +79,10 @@ async def test_read_pages_long_files(agent: Agent, ws: Workspace) -> None:
     assert page.content.splitlines()[1:] == ["2999\tline 2999", "3000\tline 3000"]
     past = await agent(READ, file_path="scratch/long.md", offset=3001)
     assert past.error_code is ErrorCode.WORKSPACE_INVALID_LINE_RANGE
-    assert "past the end of scratch/long.md (3000 lines)" in past.content
+    assert (
+        "scratch/long.md has 3,000 lines, so offset 3001 is past its end. "
+        "Use an offset from 1 to 3,000." in past.content
+    )
 
 
 def big_file(ws: Workspace, lines: int = 200_000) -> Path:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.workspace.store import Workspace
 
@@ -104,3 +106,50 @@ async def test_partial_read_not_found_in_whole_file_sets_flag(agent: Agent, ws: 
 async def test_files_written_by_the_agent_count_as_read(agent: Agent, ws: Workspace) -> None:
     await agent(WRITE, file_path=FILE, content="fresh text\n")
     assert await patch(agent, "fresh", "new") is None
+
+
+async def test_long_file_patch_after_partial_read_follows_the_error_text(
+    agent: Agent, ws: Workspace
+) -> None:
+    """Over 1,200 lines no read returns the whole file: the error names the lines to read."""
+    seed(ws, "".join(f"line {i}\n" for i in range(1, 3001)))
+    first = await agent(READ, file_path=FILE)
+    assert first.structured["endLine"] == 1200 and not first.structured["full"]
+    failed = await agent(PATCH, file_path=FILE, old_string="line 2500\n", new_string="row 2500\n")
+    assert failed.error_code is ErrorCode.WORKSPACE_PATCH_REQUIRES_FULL_READ
+    assert "no offset or limit" not in failed.content
+    assert "it starts at line 2,500" in failed.content
+    # Follow the text alone: the read call it names, then the same patch again.
+    shown = failed.content.split(f"{READ} ", 1)[1].split(", then patch")[0]
+    args = json.loads(shown)
+    assert args == {"file_path": FILE, "offset": 2495, "limit": 12}
+    await agent(READ, **args)
+    assert await patch(agent, "line 2500\n", "row 2500\n") is None
+    assert "row 2500\n" in (ws.root / FILE).read_text()
+
+
+async def test_long_file_replace_all_after_partial_read_says_what_to_do(
+    agent: Agent, ws: Workspace
+) -> None:
+    seed(ws, "".join(f"line {i}\n" for i in range(1, 3001)))
+    await agent(READ, file_path=FILE, offset=10, limit=5)
+    result = await agent(
+        PATCH, file_path=FILE, old_string="line 11", new_string="x", replace_all=True
+    )
+    assert result.error_code is ErrorCode.WORKSPACE_PATCH_REQUIRES_FULL_READ
+    assert "too long to read at once" in result.content and "without replace_all" in result.content
+    # No flag was set: a patch inside what was read still works.
+    assert await patch(agent, "line 11\n", "row 11\n") is None
+
+
+async def test_a_patch_after_a_partial_read_keeps_the_read_partial(
+    agent: Agent, ws: Workspace
+) -> None:
+    seed(ws, "".join(f"line {i}\n" for i in range(1, 11)))
+    await agent(READ, file_path=FILE, offset=2, limit=2)
+    assert await patch(agent, "line 3", "row 3") is None
+    # What it has seen, as patched, serves the next patch...
+    assert await patch(agent, "row 3", "third") is None
+    # ...but it still has not seen lines 1 and 4-10.
+    assert await patch(agent, "line 7", "seventh") is ErrorCode.WORKSPACE_PATCH_REQUIRES_FULL_READ
+    assert "line 7" in (ws.root / FILE).read_text()

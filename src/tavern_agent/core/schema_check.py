@@ -334,12 +334,14 @@ def _check_object(
                 return _unknown_key(path, key, props)
     required = schema.get("required")
     if required:
-        for key in required:
-            if key not in value:
-                where = f" in `{path}`" if path else ""
-                return SchemaViolation(
-                    _join(path, key), f"Missing required parameter `{key}`{where}.", "required"
-                )
+        missing = [key for key in required if key not in value]
+        if missing:  # all of them at once, so one retry can fix the call
+            where = f" in `{path}`" if path else ""
+            names = ", ".join(f"`{key}`" for key in missing)
+            noun = "parameter" if len(missing) == 1 else "parameters"
+            return SchemaViolation(
+                _join(path, missing[0]), f"Missing required {noun} {names}{where}.", "required"
+            )
     fallback = extra if isinstance(extra, Mapping) else None
     for key, item in value.items():
         sub = props.get(key, fallback)

@@ -16,7 +16,7 @@ from tavern_agent.core.descriptors import Scene, ToolDescriptor
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.ids import ToolId, ToolKind
 from tavern_agent.core.profile import Profile
-from tavern_agent.tools.builtin.registry import BuiltinRegistry
+from tavern_agent.tools.builtin.registry import BuiltinRegistry, Offer
 from tavern_agent.tools.context import CallContext
 
 
@@ -224,12 +224,16 @@ class ToolCatalog:
         if child:
             drops = self.builtins.child_drops
             enabled = [t for t in enabled if t not in drops] + sorted(only_children, key=str)
+        offer = Offer(profile, scene, frozenset(t for t in enabled if t in available))
         for tool_id in enabled:
             descriptor = available.get(tool_id)
             if descriptor is None:
                 why = self._why_missing(tool_id, scene)
                 notes.append(f"{tool_id} skipped: {why}")
                 continue
+            builtin = self.builtins.get(tool_id)
+            if builtin is not None and builtin.describe is not None:
+                descriptor = replace(descriptor, description=builtin.describe(offer))
             override = profile.tool_descriptions.get(str(tool_id))
             if override is not None:
                 descriptor, override_notes = _apply_override(

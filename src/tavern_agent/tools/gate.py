@@ -29,14 +29,20 @@ from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.ids import InvalidToolId, ToolId
 from tavern_agent.core.naming import ALIASES, builtin_model_name
 from tavern_agent.core.results import AgentToolResult, ExecutedCall, ToolOutcome
-from tavern_agent.core.schema_check import check_arguments, drop_null_optionals
+from tavern_agent.core.schema_check import (
+    SchemaViolation,
+    check_arguments,
+    drop_null_optionals,
+)
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.dispatch import Dispatcher
 from tavern_agent.tools.results import LongResultStep, ResultFiles
 from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
+from tavern_agent.tools.texts import child_return_hint, count, either, without_host_paths
 
 if TYPE_CHECKING:
     from tavern_agent.chat.run_input import ChatRun
+    from tavern_agent.tools.builtin.registry import BuiltinRegistry
     from tavern_agent.workspace.read_state import ReadState
     from tavern_agent.workspace.store import Workspace
 
@@ -122,15 +128,14 @@ class ToolRequestGate:
         values = drop_null_optionals(binding.parameters, parsed.values)
         violation = check_arguments(binding.parameters, values)
         if violation is not None:
-            message = f"Arguments for {binding.model_name} do not fit: {violation.describe()}"
-            outcome = ToolOutcome.fail(
-                ErrorCode.TOOL_INVALID_ARGUMENTS, message, path=violation.path
-            )
-            return self._refuse(call, binding, outcome)
+            return self._refuse(call, binding, self._bad_schema(binding, violation))
         # 5. availability
         reason = self.dispatcher.availability(binding.tool_id)
         if reason is not None:
-            message = f"{binding.model_name} is unavailable ({reason}); no action was taken."
+            message = (
+                f"{binding.model_name} is unavailable ({without_host_paths(reason)}); "
+                "no action was taken. Go on without it."
+            )
             return self._refuse(
                 call, binding, ToolOutcome.fail(ErrorCode.TOOL_UNAVAILABLE, message)
             )
@@ -169,19 +174,24 @@ class ToolRequestGate:
         limit = self.snapshot.max_calls_per_invocation
         finish = self._finishing_names()
         next_step = (
-            f"Finish now with what you have by calling {' or '.join(finish)}."
+            f"Finish now with what you have: call {either(finish)}."
             if finish
             else "Finish now with what you have, without more tool calls."
         )
-        message = (
-            f"Tool budget spent: all {limit} tool calls of this invocation are used. {next_step}"
+        used = (
+            "the 1 tool call allowed here is"
+            if limit == 1
+            else f"all {limit:,} tool calls allowed here are"
         )
-        return ToolOutcome.fail(ErrorCode.AGENT_TOOL_BUDGET_EXHAUSTED, message, limit=limit)
+        message = f"Tool budget spent: {used} used. "
+        return ToolOutcome.fail(
+            ErrorCode.AGENT_TOOL_BUDGET_EXHAUSTED, message + next_step, limit=limit
+        )
 
     def _tool_budget_spent(self, binding: ToolBinding, limit: int) -> ToolOutcome:
         message = (
-            f"{binding.model_name} has used its {limit} calls in this invocation. "
-            "Go on with the other tools or finish."
+            f"{binding.model_name} has no calls left (its limit here is "
+            f"{count(limit, 'call')}). Go on with the other tools or finish."
         )
         return ToolOutcome.fail(ErrorCode.AGENT_TOOL_BUDGET_EXHAUSTED, message, limit=limit)
 
@@ -191,19 +201,42 @@ class ToolRequestGate:
             shown = shown[:_NAME_PREVIEW] + "…"
         names = self.snapshot.model_names
         mapped = _source_form(name, self.snapshot) if isinstance(name, str) else None
+        withheld = self._withheld(name) if isinstance(name, str) and not mapped else None
+        suggestions: list[str] = []
         if mapped:
             hint = f"Call it by its name here: {mapped}."
             suggestions = [mapped]
+        elif withheld:
+            hint = withheld
         else:
             suggestions = _closest(name, names) if isinstance(name, str) else []
-            hint = f"Did you mean {' or '.join(suggestions)}?" if suggestions else ""
-        listing = ", ".join(names) if names else "(none: this invocation has no tools)"
-        message = " ".join(
-            p for p in (f"{shown!r} is not a tool here.", hint, f"Tools: {listing}.") if p
+            hint = f"Did you mean {either(suggestions)}?" if suggestions else ""
+        listing = (
+            f"Tools: {', '.join(names)}."
+            if names
+            else "No tools are available here; go on without tool calls."
         )
+        message = " ".join(p for p in (f"{shown!r} is not a tool here.", hint, listing) if p)
         return ToolOutcome.fail(
             ErrorCode.MODEL_UNKNOWN_TOOL_CALL, message, name=shown, suggestions=suggestions
         )
+
+    def _withheld(self, name: str) -> str | None:
+        """Why a built-in this snapshot lacks is missing, when that is the next step."""
+        tool_id = _builtin_named(name, self.dispatcher.catalog.builtins)
+        if tool_id is None:
+            return None
+        if tool_id in self.dispatcher.catalog.builtins.child_drops:
+            child = child_return_hint(self.snapshot)
+            if child is not None:
+                return child
+        return "This agent does not have it; use the tools below."
+
+    def _bad_schema(self, binding: ToolBinding, violation: SchemaViolation) -> ToolOutcome:
+        message = f"Arguments for {binding.model_name} do not fit: {violation.describe()}"
+        if violation.expected == "required" and "." not in violation.path:
+            message += f" Send: {_signature(binding.parameters)}."
+        return ToolOutcome.fail(ErrorCode.TOOL_INVALID_ARGUMENTS, message, path=violation.path)
 
     def _bad_wire(self, binding: ToolBinding, parsed: InvalidArguments) -> ToolOutcome:
         echo = parsed.echo()
@@ -243,6 +276,20 @@ def _source_form(name: str, snapshot: ToolSnapshot) -> str | None:
         candidate = builtin_model_name(tool_id)
         return candidate if snapshot.by_name(candidate) else None
     return found
+
+
+def _builtin_named(name: str, builtins: BuiltinRegistry) -> ToolId | None:
+    """The built-in a model name, dotted name or alias stands for, if any."""
+    alias = ALIASES.get(name.lower())
+    candidates = [alias] if alias else [name, name.replace("_", ".", 1)]
+    for text in candidates:
+        try:
+            tool_id = ToolId.parse(text) if ":" in text else ToolId.builtin(text)
+        except InvalidToolId:
+            continue
+        if builtins.get(tool_id) is not None:
+            return tool_id
+    return None
 
 
 def _closest(name: str, names: list[str]) -> list[str]:

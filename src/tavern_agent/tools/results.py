@@ -16,17 +16,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tavern_agent import run_layout
-from tavern_agent.core.ids import ToolId
 from tavern_agent.core.results import ToolOutcome
 from tavern_agent.fsutil import AlreadyWritten, write_once
 from tavern_agent.tools.context import CallContext
+from tavern_agent.tools.texts import READ_FILE, SEARCH_FILES, SHELL, call
 
 PREVIEW_CHARS = 3_000
 WRAP_CHARS = 3_000
-
-READ_FILE = ToolId.builtin("workspace.read_file")
-SEARCH_FILES = ToolId.builtin("workspace.search_files")
-SHELL = ToolId.builtin("workspace.shell")
 
 
 class ResultFiles(Protocol):
@@ -100,7 +96,8 @@ class LongResultStep:
 
 
 def spill_notice(readable: str, total_chars: int, limit: int, path: str, ctx: CallContext) -> str:
-    head = readable[:PREVIEW_CHARS]
+    # The preview never exceeds the inline limit the result went over.
+    head = readable[: min(PREVIEW_CHARS, limit)]
     lines = readable.count("\n") + 1
     next_line = head.count("\n") + 1  # the first line not shown in full
     header = (
@@ -117,15 +114,15 @@ def how_to_read(path: str, next_line: int, ctx: CallContext) -> str:
     hints: list[str] = []
     read = snap.name_of(READ_FILE)
     if read:
-        args = json.dumps({"file_path": path, "offset": next_line, "limit": 200})
-        hints.append(f"read on with {read} {args}")
+        hints.append(f"read on with {call(read, file_path=path, offset=next_line, limit=200)}")
     search = snap.name_of(SEARCH_FILES)
     if search:
-        args = json.dumps({"pattern": "<regex>", "path": path})
-        hints.append(f"search it with {search} {args}")
+        hints.append(f"search it with {call(search, pattern='<regex>', path=path)}")
     shell = snap.name_of(SHELL)
     if shell:
-        hints.append(f"or page it with {shell}: sed -n '{next_line},{next_line + 199}p' /{path}")
+        hints.append(f"page it with {shell}: sed -n '{next_line},{next_line + 199}p' /{path}")
     if not hints:
         return "No tool here can read files; work from this preview."
-    return "To continue: " + "; ".join(hints) + "."
+    if len(hints) > 1:
+        hints[-1] = "or " + hints[-1]
+    return "To continue, " + "; ".join(hints) + "."

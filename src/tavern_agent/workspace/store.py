@@ -100,7 +100,10 @@ class Workspace:
             ) from None
         if path == "":
             if write:
-                raise ToolFailure(ErrorCode.WORKSPACE_PATH_NOT_WRITABLE, "The root is not a file.")
+                raise ToolFailure(
+                    ErrorCode.WORKSPACE_PATH_NOT_WRITABLE,
+                    f"The workspace root is not a file. {self._write_hint()}",
+                )
             return path
         first = paths.top(path)
         if first in INTERNAL or first not in self.policy.visible:
@@ -121,13 +124,17 @@ class Workspace:
                 f"{path} is not in this run's chat input ({shown}).",
             )
         if write and first not in self.policy.writable:
-            writable = ", ".join(f"{r}/" for r in self.policy.visible if r in self.policy.writable)
-            writable = writable or "no root: this run is read-only"
             raise ToolFailure(
                 ErrorCode.WORKSPACE_PATH_NOT_WRITABLE,
-                f"{first}/ is read-only. Write under {writable}.",
+                f"{first}/ is read-only. {self._write_hint()}",
             )
         return path
+
+    def _write_hint(self) -> str:
+        writable = [f"{r}/" for r in self.policy.visible if r in self.policy.writable]
+        if not writable:
+            return "This run can write no files; go on with reads only."
+        return f"Name a file under {', '.join(writable)}."
 
     def _skill_visible(self, path: str) -> bool:
         parts = path.split("/")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tavern_agent.core.ids import ToolId
 from tavern_agent.core.results import (
     AwaitRequested,
     DelegateRequested,
@@ -19,7 +20,7 @@ from tavern_agent.core.results import (
     ToolOutcome,
 )
 from tavern_agent.tools.builtin.chat import CHAT_ONLY
-from tavern_agent.tools.builtin.registry import builtin_tool
+from tavern_agent.tools.builtin.registry import Offer, builtin_tool
 from tavern_agent.tools.context import CallContext
 
 AWAIT_MODES = ("nextCompleted", "allCompleted", "statusOnly")
@@ -35,12 +36,34 @@ _TEXT = {"type": "string", "maxLength": MAX_TEXT}
 _EXTRA = {"type": "string", "maxLength": MAX_TEXT}
 
 
+AWAIT_TOOL = ToolId.builtin("agent.await")
+
+
+def describe_delegate(offer: Offer) -> str:
+    waiter = offer.name(AWAIT_TOOL)
+    collect = f": collect the result with {waiter}" if waiter else ""
+    return (
+        "Start a task for an agent from the Agents list; it runs in the background. "
+        f"Returns a taskId at once{collect}."
+    )
+
+
+def describe_handoff(offer: Offer) -> str:
+    waiter = offer.name(AWAIT_TOOL)
+    first = f" Wait for your tasks with {waiter} first." if waiter else ""
+    return (
+        "Hand off the rest of this run to an agent from the Agents list; your part ends."
+        f"{first} Call it alone."
+    )
+
+
 @builtin_tool(
     "agent.delegate",
     description=(
         "Start a task for an agent from the Agents list; it runs in the background. "
-        "Returns a taskId at once: collect the result with agent await."
+        "Returns a taskId at once: collect the result with agent_await."
     ),
+    describe=describe_delegate,
     parameters={
         "type": "object",
         "properties": {
@@ -76,7 +99,11 @@ async def DELEGATE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
         "type": "object",
         "properties": {
             "taskIds": {"type": "array", "items": _STR, "description": "Default: all yours."},
-            "mode": {"type": "string", "enum": list(AWAIT_MODES)},
+            "mode": {
+                "type": "string",
+                "enum": list(AWAIT_MODES),
+                "description": "Wait for the next task to finish, for all, or only report status.",
+            },
             "timeoutMs": {"type": "integer", "description": "Default 120000, max 300000."},
         },
         "additionalProperties": False,
@@ -95,9 +122,10 @@ async def AWAIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
 @builtin_tool(
     "agent.handoff",
     description=(
-        "Hand the rest of this run to an agent from the Agents list; your part ends. "
-        "Await your tasks first. Call it alone."
+        "Hand off the rest of this run to an agent from the Agents list; your part ends. "
+        "Wait for your tasks with agent_await first. Call it alone."
     ),
+    describe=describe_handoff,
     parameters={
         "type": "object",
         "properties": {

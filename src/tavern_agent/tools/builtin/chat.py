@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tavern_agent.chat.formats import ChatFile, ChatFormatError
+from tavern_agent.chat.formats import ChatFile, ChatFormatError, ChatMessage
 from tavern_agent.chat.mount import floor_path
 from tavern_agent.chat.run_input import ChatRun
 from tavern_agent.chat.search import snippet, tokenize
@@ -16,6 +16,7 @@ from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import ToolFailure, ToolOutcome
 from tavern_agent.tools.builtin.registry import builtin_tool
 from tavern_agent.tools.context import CallContext
+from tavern_agent.tools.texts import past_the_end
 
 ITEM_CHARS = 8_000
 CALL_CHARS = 20_000
@@ -23,6 +24,18 @@ ITEM_LINES = 1_200
 MAX_ITEMS = 20
 READ_TOOL = "builtin:chat.read_messages"
 CHAT_ONLY = frozenset({Scene.CHAT})
+MAX_SCAN = 100_000
+ROLES = ("user", "assistant", "tool", "system")
+SPLIT_ROLES = frozenset({"tool", "assistant", "system"})  # roles that tool floors blur
+SYSTEM_ROLE_NOTE = (
+    ' role "system" finds narrator messages only; for messages hidden from the prompt '
+    "(SillyTavern's system messages) search with hidden: true instead."
+)
+
+
+def floor_role(message: ChatMessage) -> str:
+    """The speaker of a floor: ``tool`` for a floor recording tool calls, else its role."""
+    return "tool" if message.extra.get("tool_invocations") else message.role
 
 
 def require_chat(ctx: CallContext) -> ChatRun:
@@ -48,6 +61,18 @@ def floors_text(count: int) -> str:
 # ---------------------------------------------------------------- paging
 
 
+class PastTheEnd(ValueError):
+    """An offset past the last line; :meth:`describe` is the model's text."""
+
+    def __init__(self, offset: int, total: int) -> None:
+        super().__init__(f"offset {offset} is past the end ({total} lines)")
+        self.offset = offset
+        self.total = total
+
+    def describe(self, what: str) -> str:
+        return past_the_end(what, self.offset, self.total)
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
     """Lines ``start…end`` (1-based) of a text with ``total`` lines."""
@@ -65,7 +90,7 @@ def segment(text: str, offset: int, limit: int | None, cap: int) -> Segment:
     lines = text.split("\n")
     total = len(lines)
     if offset > total:
-        raise ValueError(f"offset {offset} is past the end ({total} lines)")
+        raise PastTheEnd(offset, total)
     wanted = min(limit or ITEM_LINES, ITEM_LINES)
     shown: list[str] = []
     chars, cut = 0, False
@@ -100,10 +125,20 @@ def continuation(items: list[dict[str, Any]], key: str) -> str:
         "properties": {
             "query": {"type": "string"},
             "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Default 20."},
-            "role": {"type": "string", "enum": ["user", "assistant", "system"]},
+            "role": {
+                "type": "string",
+                "enum": list(ROLES),
+                "description": "Only floors by this speaker.",
+            },
             "hidden": {"type": "boolean", "description": "Only hidden/visible floors."},
             "start_floor": {"type": "integer", "minimum": 0},
             "end_floor": {"type": "integer", "minimum": 0, "description": "Inclusive."},
+            "scan_limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_SCAN,
+                "description": "Search only the newest N floors.",
+            },
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -126,24 +161,32 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
             f"{floors_text(count)}.",
         )
     end = min(end, count - 1)
+    if "scan_limit" in args:
+        start = max(start, end - args["scan_limit"] + 1)
     query: str = args["query"]
     if not tokenize(query):
         raise ToolFailure(
             ErrorCode.TOOL_INVALID_ARGUMENTS, "query has no words to search for; give some words."
         )
     chat = load_chat(run)
+    role: str | None = args.get("role")
+    limit: int = args.get("limit", 20)
     hits = run.index().search(
         query,
-        limit=args.get("limit", 20),
+        # Tool floors are told apart here, not by the index: take every match, then filter.
+        limit=count if role in SPLIT_ROLES else limit,
         start=start,
         end=end + 1,
-        role=args.get("role"),
+        role=None if role == "tool" else role,
         hidden=args.get("hidden"),
     )
+    if role in SPLIT_ROLES:
+        hits = [h for h in hits if floor_role(chat.messages[h.floor]) == role][:limit]
     scope = f"floors {start}-{end}"
+    note = SYSTEM_ROLE_NOTE if role == "system" else ""
     if not hits:
         return ToolOutcome(
-            f'No floors match "{query}" in {scope}. Try other words or a wider range.',
+            f'No floors match "{query}" in {scope}. Try other words or a wider range.{note}',
             {"query": query, "hits": []},
         )
     reader = ctx.model_name(READ_TOOL, "chat_read_messages")
@@ -155,12 +198,13 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
         path = floor_path(hit.floor)
         hidden = ", hidden" if message.hidden else ""
         text = snippet(message.mes, [hit.term, *terms])
-        lines.append(f"floor {hit.floor} ({message.role}{hidden}, {message.name}) {path}")
+        speaker = floor_role(message)
+        lines.append(f"floor {hit.floor} ({speaker}{hidden}, {message.name}) {path}")
         lines.append(f"  {text}")
         records.append(
             {
                 "floor": hit.floor,
-                "role": message.role,
+                "role": speaker,
                 "name": message.name,
                 "hidden": message.hidden,
                 "score": round(hit.score, 4),
@@ -168,7 +212,7 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
                 "ref": f"chat:current#{hit.floor}",
             }
         )
-    lines.append(f"Read floors with {reader}.")
+    lines.append(f"Read floors with {reader}.{note}")
     return ToolOutcome("\n".join(lines), {"query": query, "hits": records})
 
 
@@ -233,9 +277,9 @@ def _read(run: ChatRun, items: list[dict[str, Any]], ctx: CallContext) -> ToolOu
         message = chat.messages[floor]
         try:
             seg = segment(message.mes, offset, item.get("limit"), min(ITEM_CHARS, budget))
-        except ValueError as exc:
+        except PastTheEnd as exc:
             raise ToolFailure(
-                ErrorCode.CHAT_INVALID_RANGE, f"Floor {floor}: {exc}; use offset 1 or higher."
+                ErrorCode.CHAT_INVALID_RANGE, exc.describe(f"Floor {floor}")
             ) from None
         budget -= seg.chars
         hidden = ", hidden" if message.hidden else ""

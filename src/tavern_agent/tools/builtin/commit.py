@@ -16,6 +16,7 @@ from tavern_agent.tools.builtin.chat import CHAT_ONLY
 from tavern_agent.tools.builtin.registry import builtin_tool
 from tavern_agent.tools.builtin.workspace_files import decode, load_file
 from tavern_agent.tools.context import CallContext
+from tavern_agent.tools.texts import WRITE_FILE, child_return_hint
 from tavern_agent.workspace.roots import MESSAGE_BODY
 
 FINISH_TOOL = "builtin:workspace.finish"
@@ -41,20 +42,28 @@ FINISH_TOOL = "builtin:workspace.finish"
 )
 async def COMMIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     if ctx.chat is None or not ctx.chat.allow_commit:
-        why = "it has no chat" if ctx.chat is None else "child agents return results instead"
-        raise ToolFailure(ErrorCode.WORKSPACE_COMMIT_UNAVAILABLE, f"This run cannot commit: {why}.")
+        child = child_return_hint(ctx.snapshot)
+        why = (
+            "it has no chat to publish to; the files you wrote stay in the workspace."
+            if child is None
+            else child
+        )
+        raise ToolFailure(ErrorCode.WORKSPACE_COMMIT_UNAVAILABLE, f"This run cannot commit: {why}")
     mode = args.get("mode", "replace")
     if mode not in ("replace", "append"):
         raise ToolFailure(
-            ErrorCode.WORKSPACE_COMMIT_MODE_INVALID, f"mode {mode!r} is not replace or append."
+            ErrorCode.WORKSPACE_COMMIT_MODE_INVALID,
+            f"mode {mode!r} is not a commit mode. Use mode replace or append.",
         )
     ws = ctx.require_workspace()
     path = ws.check(args.get("file_path", MESSAGE_BODY))
     data = await asyncio.to_thread(load_file, ws, path, ctx)
     text = decode(data)[0]
     if not text.strip() and mode == "replace":
+        writer = ctx.snapshot.name_of(WRITE_FILE)
+        how = f" with {writer}" if writer else ""
         raise ToolFailure(
-            ErrorCode.WORKSPACE_COMMIT_EMPTY, f"{path} is empty; write the reply there first."
+            ErrorCode.WORKSPACE_COMMIT_EMPTY, f"{path} is empty; write the reply there{how} first."
         )
     reason: str = args["reason"]
     finish = ctx.model_name(FINISH_TOOL, "workspace_finish")

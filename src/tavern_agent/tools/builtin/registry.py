@@ -9,10 +9,28 @@ from typing import Any
 
 from tavern_agent.core.descriptors import ALL_SCENES, Scene, ToolDescriptor
 from tavern_agent.core.ids import ToolId
+from tavern_agent.core.naming import builtin_model_name
+from tavern_agent.core.profile import Profile
 from tavern_agent.core.results import ToolOutcome
 from tavern_agent.tools.context import CallContext
 
 Run = Callable[[dict[str, Any], CallContext], Awaitable[ToolOutcome]]
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """What a built-in's description may depend on: whom it is offered to, and with what."""
+
+    profile: Profile
+    scene: Scene
+    tools: frozenset[ToolId]  # every tool of the snapshot being built
+
+    def name(self, tool_id: ToolId) -> str | None:
+        """The model name of a built-in in this offer (built-ins keep their names)."""
+        return builtin_model_name(tool_id) if tool_id in self.tools else None
+
+
+Describe = Callable[[Offer], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +49,10 @@ class BuiltinTool:
       publish, finish the run, delegate, await or hand off);
     - ``child_only``: only a delegated child gets it (added to its snapshot;
       a profile cannot list it).
+
+    ``describe``, when set, writes the description for one snapshot (the
+    profile's limits, the scene's folders, the other tools' names); the
+    static ``descriptor.description`` is what listings show.
     """
 
     descriptor: ToolDescriptor
@@ -39,6 +61,7 @@ class BuiltinTool:
     finishing: bool = False
     child_drop: bool = False
     child_only: bool = False
+    describe: Describe | None = None
 
     @property
     def tool_id(self) -> ToolId:
@@ -55,12 +78,13 @@ def builtin_tool(
     finishing: bool = False,
     child_drop: bool = False,
     child_only: bool = False,
+    describe: Describe | None = None,
 ) -> Callable[[Run], BuiltinTool]:
     """Decorator turning an ``async def run(args, ctx)`` into a :class:`BuiltinTool`."""
 
     def wrap(run: Run) -> BuiltinTool:
         descriptor = ToolDescriptor(ToolId.builtin(name), description, parameters, scenes)
-        return BuiltinTool(descriptor, run, spills, finishing, child_drop, child_only)
+        return BuiltinTool(descriptor, run, spills, finishing, child_drop, child_only, describe)
 
     return wrap
 

@@ -85,7 +85,10 @@ async def SEARCH_FILES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
 def _sources(ws: Workspace, scope: str, explicit: bool) -> Iterator[tuple[str, bytes]]:
     kind = ws.kind(scope)
     if kind is None:
-        raise ToolFailure(ErrorCode.WORKSPACE_PATH_NOT_FOUND, f"Nothing at {scope}.")
+        raise ToolFailure(
+            ErrorCode.WORKSPACE_PATH_NOT_FOUND,
+            f"Nothing at {scope}. Search without path to cover every file.",
+        )
     if kind == "file":
         yield scope, ws.read_bytes(scope)
         return

@@ -32,11 +32,13 @@ from bashkit import BashTool, ExecResult, FileSystem
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.profile import ShellLimits
 from tavern_agent.core.results import ToolError, ToolFailure, ToolOutcome
-from tavern_agent.tools.builtin.registry import builtin_tool
+from tavern_agent.tools.builtin.registry import Offer, builtin_tool
 from tavern_agent.tools.builtin.shell_js import JsLimits, node_command
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.results import LongResultStep
-from tavern_agent.workspace.roots import CHAT_MOUNT
+from tavern_agent.tools.texts import either, exception_text
+from tavern_agent.workspace.layout import allows_chat_tool
+from tavern_agent.workspace.roots import CHAT_MOUNT, MESSAGE_BODY, RootPolicy
 from tavern_agent.workspace.store import Workspace
 
 MAX_COMMAND_BYTES = 128 * 1024
@@ -46,6 +48,7 @@ CANCEL_GRACE_SECONDS = 5.0  # a cancelled call still waits this long for file wo
 OUTER_GRACE_SECONDS = 5.0  # backstop above Bashkit's own timeout
 _LIMIT_PREFIX = "resource limit exceeded: "
 _TIMEOUT_MARK = "execution timeout"
+TIMEOUT_EXIT = 124
 _PYTHON_ENV = {"BASHKIT_ALLOW_INPROCESS_PYTHON": "1"}
 
 
@@ -163,6 +166,31 @@ class Streams:
             self.err.append(stderr)
 
 
+def describe_shell(offer: Offer) -> str:
+    """The description for one snapshot: its scene's folders and its profile's time limit."""
+    policy = RootPolicy.for_scene(
+        offer.scene, offer.profile.workspace, chat_mount=allows_chat_tool(offer.profile)
+    )
+    writable = [r for r in policy.visible if r in policy.writable]
+    read_only = [f"/{r}" for r in policy.visible if r not in policy.writable]
+    if not writable:
+        folders = "Workspace folders are at /<folder>, all read-only"
+    else:
+        body_root = MESSAGE_BODY.split("/", 1)[0]
+        example = f"/{MESSAGE_BODY}" if body_root in writable else f"/{writable[0]}/notes.md"
+        folders = f"Workspace folders are at /<folder>, e.g. {example}"
+        if read_only:
+            verb = "is" if len(read_only) == 1 else "are"
+            folders += f"; {either(read_only, 'and')} {verb} read-only"
+    seconds = offer.profile.limits.shell.timeout_seconds
+    return (
+        f"Run bash in a sandbox. {folders}. Each call starts fresh; files persist. "
+        f"Has coreutils, rg, sed, awk, jq; no network or host programs; {seconds:g} s limit. "
+        "python3 is a subset: no re, collections, itertools, inheritance, sys.stdin. "
+        "node/js: QuickJS, require fs/path, no npm."
+    )
+
+
 @builtin_tool(
     "workspace.shell",
     description=(
@@ -172,6 +200,7 @@ class Streams:
         "python3 is a subset: no re, collections, itertools, inheritance, sys.stdin. "
         "node/js: QuickJS, require fs/path, no npm."
     ),
+    describe=describe_shell,
     parameters={
         "type": "object",
         "properties": {
@@ -203,7 +232,9 @@ async def SHELL(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
         bash = new_sandbox(ws, limits, cwd, deadline)
     except (OSError, RuntimeError, ValueError) as exc:
         raise ToolFailure(
-            ErrorCode.WORKSPACE_SHELL_FAILED, f"The sandbox could not start: {exc}"
+            ErrorCode.WORKSPACE_SHELL_FAILED,
+            f"The sandbox could not start ({exception_text(exc)}). Nothing ran; "
+            "go on with the other tools.",
         ) from None
     streams = Streams()
     result, stop = await _execute(bash, command, streams, ctx, limits)
@@ -270,7 +301,9 @@ def shell_outcome(
     if problem and problem not in stderr:  # Bashkit reports limits in the result, not the stream
         stderr += ("" if not stderr or stderr.endswith("\n") else "\n") + problem + "\n"
     truncated = bool(result is not None and result.stdout_truncated)
-    timed_out = stop == "timeout" or _TIMEOUT_MARK in problem
+    # 124 is what `timeout` and the JavaScript engine exit with when their time ran out.
+    stopped_by_clock = _TIMEOUT_MARK in problem or (exit_code == TIMEOUT_EXIT and not problem)
+    timed_out = stop == "timeout" or stopped_by_clock
     code: ErrorCode | None
     if stop == "cancelled":
         code = ErrorCode.WORKSPACE_SHELL_CANCELLED
@@ -278,8 +311,8 @@ def shell_outcome(
     elif timed_out:
         code = ErrorCode.WORKSPACE_SHELL_TIMEOUT
         note = (
-            f"Timed out after {limits.timeout_seconds:g} s; the output up to then is below. "
-            "Do less per call or avoid endless loops."
+            f"Stopped by a time limit (a call may run {limits.timeout_seconds:g} s); the output "
+            "up to then is below. Do less per call or avoid endless loops."
         )
     elif problem.startswith(_LIMIT_PREFIX):
         code = ErrorCode.WORKSPACE_SHELL_LIMIT

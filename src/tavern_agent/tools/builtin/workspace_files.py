@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import posixpath
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,7 @@ from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import FileWritten, ToolFailure, ToolOutcome
 from tavern_agent.tools.builtin.registry import builtin_tool
 from tavern_agent.tools.context import CallContext
+from tavern_agent.tools.texts import find_file_hint, past_the_end
 from tavern_agent.workspace.read_state import ReadState, settled
 from tavern_agent.workspace.store import Workspace, sha256_hex
 
@@ -23,7 +25,6 @@ MAX_LIST_DEPTH = 4
 MAX_LIST_ENTRIES = 200
 
 READ_TOOL = "builtin:workspace.read_file"
-LIST_TOOL = "builtin:workspace.list_files"
 
 
 def load_file(ws: Workspace, path: str, ctx: CallContext) -> bytes:
@@ -31,9 +32,10 @@ def load_file(ws: Workspace, path: str, ctx: CallContext) -> bytes:
     try:
         return ws.read_bytes(path)
     except (FileNotFoundError, NotADirectoryError):
-        lister = ctx.model_name(LIST_TOOL, "a listing")
+        hint = find_file_hint(ctx.snapshot, posixpath.dirname(path))
         raise ToolFailure(
-            ErrorCode.WORKSPACE_FILE_NOT_FOUND, f"No file at {path}. Check the name with {lister}."
+            ErrorCode.WORKSPACE_FILE_NOT_FOUND,
+            f"No file at {path}. {hint or 'Check the name and try again.'}",
         ) from None
     except IsADirectoryError:
         raise ToolFailure(
@@ -69,16 +71,21 @@ async def LIST_FILES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     depth = args.get("depth", 2)
     if depth > MAX_LIST_DEPTH:
         raise ToolFailure(
-            ErrorCode.WORKSPACE_LIST_DEPTH_TOO_LARGE, f"depth {depth} is above {MAX_LIST_DEPTH}."
+            ErrorCode.WORKSPACE_LIST_DEPTH_TOO_LARGE,
+            f"depth {depth} is above the maximum of {MAX_LIST_DEPTH}. Use depth {MAX_LIST_DEPTH} "
+            "or less, and list a subfolder to go deeper.",
         )
     path = ws.check(args.get("path", ""), allow_root=True)
-    return await asyncio.to_thread(_list, ws, path, depth)
+    return await asyncio.to_thread(_list, ws, path, depth, ctx)
 
 
-def _list(ws: Workspace, path: str, depth: int) -> ToolOutcome:
+def _list(ws: Workspace, path: str, depth: int, ctx: CallContext) -> ToolOutcome:
     kind = ws.kind(path)
     if kind is None:
-        raise ToolFailure(ErrorCode.WORKSPACE_PATH_NOT_FOUND, f"Nothing at {path}.")
+        raise ToolFailure(
+            ErrorCode.WORKSPACE_PATH_NOT_FOUND,
+            f"Nothing at {path}. {find_file_hint(ctx.snapshot, posixpath.dirname(path))}".strip(),
+        )
     if kind == "file":
         entries = [{"path": path, "kind": "file"}]
     else:
@@ -111,6 +118,14 @@ class Page:
 
 def count_lines(data: bytes) -> int:
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+def fits_one_read(data: bytes) -> bool:
+    """Whether a read without offset or limit returns all of ``data`` uncut."""
+    if len(data) > FULL_READ_BYTES or count_lines(data) > MAX_READ_LINES:
+        return False
+    page = page_lines(data, 1, None)
+    return page.end == page.total and page.cut == 0
 
 
 def page_lines(data: bytes, offset: int, limit: int | None) -> Page:
@@ -230,7 +245,7 @@ def read_outcome(
     if page.start > page.total:
         raise ToolFailure(
             ErrorCode.WORKSPACE_INVALID_LINE_RANGE,
-            f"offset {page.start} is past the end of {path} ({page.total} lines).",
+            past_the_end(path, page.start, page.total),
         )
     full = page.start == 1 and page.end == page.total and page.cut == 0 and small
     _remember(ctx, path, ReadState.of(data, full, "\n".join(page.lines), background=not small))
@@ -300,7 +315,8 @@ async def WRITE_FILE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     mode = args.get("mode", "replace")
     if mode not in ("replace", "append"):
         raise ToolFailure(
-            ErrorCode.WORKSPACE_WRITE_MODE_INVALID, f"mode {mode!r} is not replace or append."
+            ErrorCode.WORKSPACE_WRITE_MODE_INVALID,
+            f"mode {mode!r} is not a write mode. Use mode replace or append.",
         )
     path = ws.check(args["file_path"], write=True)
     return await asyncio.to_thread(_write, ws, path, args["content"], mode, ctx)
@@ -312,7 +328,9 @@ def _current(ws: Workspace, path: str) -> bytes | None:
     except FileNotFoundError:
         return None
     except IsADirectoryError:
-        raise ToolFailure(ErrorCode.WORKSPACE_PATH_IS_DIRECTORY, f"{path} is a folder.") from None
+        raise ToolFailure(
+            ErrorCode.WORKSPACE_PATH_IS_DIRECTORY, f"{path} is a folder; name a file in it."
+        ) from None
 
 
 def _write(ws: Workspace, path: str, content: str, mode: str, ctx: CallContext) -> ToolOutcome:

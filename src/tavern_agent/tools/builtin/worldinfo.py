@@ -13,6 +13,7 @@ from tavern_agent.tools.builtin.chat import (
     ITEM_CHARS,
     ITEM_LINES,
     MAX_ITEMS,
+    PastTheEnd,
     continuation,
     segment,
 )
@@ -38,7 +39,7 @@ TOOL = "builtin:worldinfo.read_activated"
                 "items": {
                     "type": "object",
                     "properties": {
-                        "ref": {"type": "string"},
+                        "ref": {"type": "string", "description": "From the index."},
                         "offset": {"type": "integer", "minimum": 1},
                         "limit": {"type": "integer", "minimum": 1},
                     },
@@ -107,9 +108,9 @@ def _read(
         offset = item.get("offset", 1)
         try:
             seg = segment(entry.content, offset, item.get("limit"), cap)
-        except ValueError as exc:
+        except PastTheEnd as exc:
             raise ToolFailure(
-                ErrorCode.WORLDINFO_INVALID_ENTRY_RANGE, f"{entry.ref}: {exc}."
+                ErrorCode.WORLDINFO_INVALID_ENTRY_RANGE, exc.describe(f"Entry {entry.ref}")
             ) from None
         head = f"{entry.ref} ({entry.label}, {entry.world}): lines {seg.start}-{seg.end} of "
         parts.append(head + f"{seg.total}\n{seg.body}")

@@ -1,0 +1,100 @@
+"""Rules for the texts a model reads, kept in one place.
+
+Every error a tool or the gate returns names the problem and one next step.
+The next step may only name tools of the snapshot the call came from, so the
+hints here take the snapshot and fall back to plain words (or to no hint)
+when it lacks the tool. A text never contains a host path: a model works with
+workspace paths only, and an exception from outside code is cut to its first
+line with host paths replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from tavern_agent.core.ids import ToolId
+
+if TYPE_CHECKING:
+    from tavern_agent.tools.snapshot import ToolSnapshot
+
+LIST_FILES = ToolId.builtin("workspace.list_files")
+READ_FILE = ToolId.builtin("workspace.read_file")
+WRITE_FILE = ToolId.builtin("workspace.write_file")
+SEARCH_FILES = ToolId.builtin("workspace.search_files")
+SHELL = ToolId.builtin("workspace.shell")
+TASK_RETURN = ToolId.builtin("task.return")
+
+EXCEPTION_CHARS = 200
+
+# Absolute host paths: POSIX (two or more segments, so "/ 2" or "a/b" stay),
+# file:// URLs, Windows drive and UNC paths.
+_HOST_PATH = re.compile(
+    r"file://\S+"
+    r"|(?<![\w.~/-])[A-Za-z]:[\\/][^\s'\"<>|:]*"
+    r"|\\\\[^\s'\"<>|]+"
+    r"|(?<![\w.~:/-])(?:~)?/(?:[^\s/'\"<>|:;,()]+/)+[^\s/'\"<>|:;,()]*"
+)
+
+
+def count(n: int, singular: str, plural: str | None = None) -> str:
+    """``1 call``, ``3 calls``."""
+    return f"{n:,} {singular if n == 1 else (plural or singular + 's')}"
+
+
+def either(items: list[str], word: str = "or") -> str:
+    """``a``, ``a or b``, ``a, b or c`` (``word="and"``: ``a, b and c``)."""
+    if len(items) <= 1:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} {word} {items[-1]}"
+
+
+def past_the_end(what: str, offset: int, total: int) -> str:
+    """``offset`` beyond the last of ``total`` lines of ``what``, and the offsets that work."""
+    fix = "Use offset 1." if total == 1 else f"Use an offset from 1 to {total:,}."
+    return f"{what} has {count(total, 'line')}, so offset {offset} is past its end. {fix}"
+
+
+def call(name: str, **args: Any) -> str:
+    """A call as a model would write it: ``workspace_read_file {"file_path": …}``."""
+    return f"{name} {json.dumps(args, ensure_ascii=False)}" if args else name
+
+
+def without_host_paths(text: str) -> str:
+    """``text`` with every absolute host path replaced by ``<path>``."""
+    return _HOST_PATH.sub("<path>", text)
+
+
+def exception_text(exc: BaseException, limit: int = EXCEPTION_CHARS) -> str:
+    """A short, path-free description of an exception from outside code."""
+    message = str(exc).strip()
+    first = message.splitlines()[0] if message else ""
+    text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return short(without_host_paths(text), limit)
+
+
+def short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def find_file_hint(snapshot: ToolSnapshot, folder: str) -> str:
+    """How to see which files exist in ``folder`` with this snapshot's tools, or ``""``."""
+    lister = snapshot.name_of(LIST_FILES)
+    if lister:
+        return f"See what is there with {call(lister, path=folder) if folder else lister}."
+    shell = snapshot.name_of(SHELL)
+    if shell:
+        return f"See what is there with {shell}: ls /{folder}"
+    search = snapshot.name_of(SEARCH_FILES)
+    if search:
+        return f"Find it with {call(search, pattern='<text in the file>')}."
+    return ""
+
+
+def child_return_hint(snapshot: ToolSnapshot) -> str | None:
+    """For a delegated agent (its snapshot has ``task.return``): how its work ends."""
+    name = snapshot.name_of(TASK_RETURN)
+    if name is None:
+        return None
+    return f"Delegated agents do not publish or finish the run: return your result with {name}."
