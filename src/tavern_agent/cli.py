@@ -318,7 +318,7 @@ def call_command(
             err=True,
         )
         if receipt.merged:
-            click.echo(f"tavern-agent: the chat had changed: {receipt.merged}", err=True)
+            say(f"tavern-agent: the chat had changed: {receipt.merged}", err=True)
     if as_json:
         payload = result.to_json() | {"effect": type(executed.effect).__name__}
         click.echo(json.dumps(payload, ensure_ascii=False, indent=2))

@@ -245,7 +245,7 @@ def mcp_discover(ctx: click.Context, ref: str) -> None:
     except RegistrationError as exc:
         raise click.ClickException(str(exc)) from None
     for line in _catalog_lines(reg, cat):
-        click.echo(line)
+        say(line)
 
 
 def _permit(ctx: click.Context, ref: str, tools: tuple[str, ...], every: bool, to: str) -> None:
@@ -311,7 +311,7 @@ def mcp_login(ctx: click.Context, ref: str, no_browser: bool) -> None:
     storage = FileTokenStorage(_store(ctx).oauth_path(reg.id))
 
     async def show(url: str) -> None:
-        click.echo(f"Log in to {reg.display_name} at:\n  {url}", err=True)
+        say(f"Log in to {reg.display_name} at:\n  {url}", err=True)
         if not no_browser:
             import webbrowser
 

@@ -35,12 +35,12 @@ from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ModelGatewa
 from tavern_agent.runtime.journal import Event, read_events
 from tavern_agent.runtime.loop import TERMINAL, Engine, ResumeRefused, RunResult
 from tavern_agent.runtime.run import (
-    RUN_FILE,
     Run,
     RunNotFound,
     RunSpec,
     all_runs,
     find_run,
+    load_record,
 )
 from tavern_agent.terminal import markup
 from tavern_agent.workspace.layout import DataRoot
@@ -340,8 +340,15 @@ def run_command(
         sys.exit(1)
 
 
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 def _summary(run_dir: Path) -> dict[str, Any]:
-    record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    try:
+        record = load_record(run_dir)
+    except RunNotFound as exc:  # listed, not fatal: the other runs still show
+        return {"runId": run_dir.name, "scene": "", "status": "damaged", "problem": str(exc)}
     events = read_events(run_dir / run_layout.JOURNAL_FILE)
     status = "interrupted"
     payload: dict[str, Any] = {}
@@ -357,9 +364,9 @@ def _summary(run_dir: Path) -> dict[str, Any]:
         "status": status,
         "rounds": payload.get("rounds"),
         "commits": payload.get("commits"),
-        "createdAt": record.get("createdAt"),
-        "chatFile": record.get("chatFile"),
-        "session": record.get("session"),
+        "createdAt": _text(record.get("createdAt")),
+        "chatFile": _text(record.get("chatFile")),
+        "session": _text(record.get("session")),
         "runDir": str(run_dir),
     }
 
@@ -380,15 +387,15 @@ def runs_list(ctx: click.Context, as_json: bool) -> None:
         return
     table = Table("run", "scene", "status", "rounds", "commits", "created", "chat / session")
     for r in rows:
-        where = Path(r["chatFile"]).name if r["chatFile"] else (r["session"] or "")
+        where = Path(r["chatFile"]).name if r.get("chatFile") else (r.get("session") or "")
         style = "" if r["status"] == "completed" else "red"
         table.add_row(
             markup(r["runId"]),
             markup(r["scene"]),
             f"[{style}]{r['status']}[/]" if style else r["status"],
-            str(r["rounds"] or ""),
-            str(r["commits"] or ""),
-            markup(r["createdAt"] or ""),
+            str(r.get("rounds") or ""),
+            str(r.get("commits") or ""),
+            markup(r.get("createdAt") or ""),
             markup(where),
         )
     Console(highlight=False).print(table if rows else "(no runs)")
@@ -414,6 +421,8 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 def show_timeline(console: Console, run_dir: Path, events: list[Event]) -> None:
     summary = _summary(run_dir)
     head = markup(f"{summary['runId']}  {summary['scene']}  {summary['status']}")
+    if "problem" in summary:
+        head += f"\n{markup(summary['problem'])}"
     console.print(f"[bold]{head}[/]")
     t0 = events[0]["timestamp"] if events else ""
     depth: dict[str, int] = {}  # child invocations, nested under their parents

@@ -33,7 +33,7 @@ def read_events(path: Path) -> list[Event]:
             continue
         try:
             events.append(json.loads(line))
-        except ValueError:
+        except (ValueError, RecursionError):
             break  # only the last line can be torn; nothing after it was written
     return events
 
@@ -45,7 +45,7 @@ def _complete_length(data: bytes) -> int:
         if line:
             try:
                 json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 break
         end += len(line) + 1
     return end
