@@ -172,3 +172,21 @@ def test_the_cli_on_a_full_disk_prints_results_and_outcomes_not_tracebacks(
 
 WRITE_ARGS = '{"file_path": "scratch/a.md", "content": "hello"}'
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_the_journal_keeps_only_whole_lines_when_the_disk_fills(tmp_path: Path) -> None:
+    from tavern_agent.runtime.journal import Journal, read_events
+
+    with tmpfs(tmp_path / "disk", size="64k") as mount:
+        journal = Journal(mount / "events.jsonl", "run_x")
+        with pytest.raises(OSError) as full:
+            for n in range(10_000):  # ~1 KiB each: the disk fills mid-line
+                journal.append("note", {"n": n, "text": "x" * 1000})
+        assert full.value.filename == str(mount / "events.jsonl")
+        data = (mount / "events.jsonl").read_bytes()
+        assert data.endswith(b"\n") and len(read_events(mount / "events.jsonl")) == journal.seq
+        fill(mount, 0)  # even with no room at all, a failed append leaves the journal whole
+        with pytest.raises(OSError):
+            journal.append("note", {"n": -1, "text": "y" * 9000})  # more than a page
+        assert (mount / "events.jsonl").read_bytes() == data
+        journal.close()
