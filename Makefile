@@ -42,8 +42,11 @@ test: lint
 test-quick: $(STAMP)
 	$(BIN)/pytest -q -m 'not slow'
 
+# The comparisons need host ripgrep (search_files) and host jq (the shell's jq).
 $(VENV)/.bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[dev,bench]'
+	command -v rg >/dev/null && command -v jq >/dev/null || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ripgrep jq >/dev/null; }
 	touch $(VENV)/.bench
 
 bench: $(VENV)/.bench

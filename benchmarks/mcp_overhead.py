@@ -1,6 +1,7 @@
 """MCP overhead: ``echo`` through tavern-agent's full path against the raw SDK call.
 
-Full path: ToolRequestGate (budget, name, arguments, schema check), dispatch,
+Full path, built through ``Assembly`` as a run builds it: the invocation's
+gate (budget, name, arguments, schema check), dispatch,
 the manager's permission check (registration reloaded), the call, result
 conversion and the long-result step. Raw: ``ClientSession.call_tool`` on the
 very same session, so both talk to the same server-everything process over
@@ -20,19 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from tavern_agent.assembly import Assembly
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.ids import ToolId
-from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Limits, Profile, ToolSelection
-from tavern_agent.mcp import McpManager
+from tavern_agent.mcp import McpManager, RegistrationStore
 from tavern_agent.mcp.registrations import parse_registration
-from tavern_agent.tools.builtin import builtin_registry
-from tavern_agent.tools.catalog import ToolCatalog
-from tavern_agent.tools.dispatch import Dispatcher
-from tavern_agent.tools.gate import ToolRequestGate
-from tavern_agent.tools.results import DirectoryResultFiles
-from tavern_agent.tools.snapshot import build_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 EVERYTHING = ROOT / "tests/peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
@@ -49,35 +44,32 @@ def _percentile(values: list[float], p: float) -> float:
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
-        async with McpManager(data / "data") as manager:
-            manager.store.save(
-                parse_registration(
-                    {
-                        "id": "everything",
-                        "displayName": "everything",
-                        "transport": {
-                            "type": "stdio",
-                            "command": "node",
-                            "args": [str(EVERYTHING), "stdio"],
-                        },
-                        "toolPermissions": {"echo": "allow"},
-                    }
-                )
+        RegistrationStore(data / "data").save(
+            parse_registration(
+                {
+                    "id": "everything",
+                    "displayName": "everything",
+                    "transport": {
+                        "type": "stdio",
+                        "command": "node",
+                        "args": [str(EVERYTHING), "stdio"],
+                    },
+                    "toolPermissions": {"echo": "allow"},
+                }
             )
+        )
+        async with await Assembly.open(data / "data", pages=False) as assembly:
+            manager = assembly.catalog.mcp
+            assert isinstance(manager, McpManager)
             await manager.discover("everything")
-            catalog = ToolCatalog(builtin_registry(), mcp=manager)
             profile = Profile(
                 id="bench",
                 name="bench",
                 tools=ToolSelection(allow=("mcp/everything:echo",)),
                 limits=Limits(max_calls_per_invocation=100_000),
             )
-            snapshot = build_snapshot(
-                catalog, profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "bench"
-            )
-            gate = ToolRequestGate(
-                snapshot, Dispatcher(catalog), result_files=DirectoryResultFiles(data / "ws")
-            )
+            snapshot = assembly.snapshot(profile, Scene.CHAT, snapshot_id="bench")
+            gate = assembly.gate(snapshot, results_root=data / "ws")
             assert snapshot.name_of(ToolId.mcp("everything", "echo")) == "mcp__everything__echo"
             conn = manager.pool.current("everything")
             assert conn is not None and conn.session is not None

@@ -2,7 +2,8 @@
 
 1. Per-call latency of ``echo hi | wc -c``:
    * a fresh sandbox as the tool builds it (new ``BashTool``, every root of a
-     chat workspace mounted, ``node``/``js`` registered) and one ``execute``;
+     chat run's workspace mounted, the chat mount included, ``node``/``js``
+     registered) and one ``execute``;
    * the whole tool call through the gate (argument checks, result text);
    * ``subprocess.run(["bash", "-c", …])`` on the host.
 2. A jq filter over a generated 10 MB JSON file in the workspace: Bashkit's
@@ -26,22 +27,20 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from tavern_agent.assembly import Assembly, ChatSource
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
-from tavern_agent.core.profile import Limits, Profile, ShellLimits
-from tavern_agent.tools.builtin import builtin_registry
+from tavern_agent.core.profile import Limits, ShellLimits
 from tavern_agent.tools.builtin.shell import new_sandbox
-from tavern_agent.tools.catalog import ToolCatalog
-from tavern_agent.tools.dispatch import Dispatcher
-from tavern_agent.tools.gate import ToolRequestGate
-from tavern_agent.tools.results import DirectoryResultFiles
-from tavern_agent.tools.snapshot import build_snapshot
-from tavern_agent.workspace.roots import RootPolicy
 from tavern_agent.workspace.store import Workspace
 
 ECHO = "echo hi | wc -c"
 JQ_FILTER = "[.[] | select(.level > 50) | .name] | length"
+CHAT = "\n".join(
+    ['{"user_name":"U","character_name":"S","chat_metadata":{"integrity":"bench-shell"}}']
+    + [f'{{"name":"S","is_user":false,"mes":"floor {i}"}}' for i in range(20)]
+)
 
 
 def make_json(path: Path, target_bytes: int, seed: int = 1) -> int:
@@ -125,15 +124,19 @@ async def main() -> None:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="shell-bench-"))
     try:
-        ws = Workspace(tmp / "ws", RootPolicy.for_scene(Scene.CHAT))
+        assembly = Assembly(tmp / "data")
         limits = ShellLimits()
-        catalog = ToolCatalog(builtin_registry())
-        profile = Profile.allowing([d.tool_id for d in catalog.descriptors(Scene.CHAT)])
+        profile = assembly.everything(Scene.CHAT)
         profile = profile.model_copy(update={"limits": Limits(max_calls_per_invocation=100_000)})
-        snap = build_snapshot(catalog, profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv_b")
-        gate = ToolRequestGate(
-            snap, Dispatcher(catalog), result_files=DirectoryResultFiles(ws.root), workspace=ws
+        snap = assembly.snapshot(profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "inv_b")
+        # A chat run's workspace: every chat root plus the chat mount (floors and chat.json).
+        chat_file = tmp / "chat.jsonl"
+        chat_file.write_text(CHAT)
+        chat, _, root = assembly.chat_run(
+            ChatSource(chat_file), tmp / "ws", run_id="run_bench", profile_id=profile.id
         )
+        ws = assembly.workspace(root, Scene.CHAT, profile, chat)
+        gate = assembly.gate(snap, run_id="run_bench", workspace=ws, chat=chat)
         counter = iter(range(10**9))
 
         async def sandbox(command: str) -> str:

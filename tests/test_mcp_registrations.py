@@ -78,3 +78,67 @@ def test_cli_add_allow_deny_pause_list_remove(tmp_path: Path) -> None:
     assert store.get("files") is None
     bad = runner.invoke(cli, ["--data-dir", str(tmp_path), "mcp", "allow", "nope", "x"])
     assert bad.exit_code != 0 and "no MCP server 'nope'" in bad.output
+
+
+def test_broken_registrations_are_skipped_listed_and_removable(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    runner = CliRunner()
+
+    def run(*args: str) -> tuple[str, str]:
+        result = runner.invoke(cli, ["--data-dir", str(tmp_path), *args])
+        assert result.exit_code == 0, result.output
+        assert result.exception is None
+        return result.stdout, result.stderr
+
+    run("mcp", "add", "Files", "--", "node", "server.js")
+    store = RegistrationStore(tmp_path)
+    tools = (DiscoveredTool(name="read", input_schema={"type": "object"}),)
+    store.save_catalog("files", DiscoveredCatalog(discovered_at=0, tools=tools))
+    run("mcp", "allow", "files", "read")
+    regs = store.registrations_dir
+    (regs / "bad.json").write_text("{nope")
+    newer = store.get("files")
+    assert newer is not None
+    (regs / "newer.json").write_text(
+        json.dumps(newer.to_json() | {"id": "newer", "oauthProfile": {"x": 1}})
+    )
+    (regs / "mismatch.json").write_text(json.dumps(newer.to_json()))
+
+    listing, _ = run("mcp", "list")
+    assert "files  'Files'  active" in listing and "allow  read" in listing
+    assert "bad  broken" in listing and "not valid JSON" in listing
+    assert "newer  broken" in listing and "unknown keys oauthProfile" in listing
+    assert "mismatch  broken" in listing and "does not match the file name" in listing
+    assert "run `tavern-agent mcp remove bad`" in listing
+    entries = {e["id"]: e for e in json.loads(run("mcp", "list", "--json")[0])}
+    assert entries["files"]["toolPermissions"] == {"read": "allow"}
+    assert entries["newer"]["problem"].startswith("unknown keys oauthProfile")
+
+    out, _ = run("tools", "list")
+    assert "mcp__Files__read" in out
+    assert "MCP registration bad.json skipped: not valid JSON" in caplog.text
+    assert "`tavern-agent mcp remove newer`" in caplog.text
+    out, _ = run("call", "dice_roll", '{"formula":"1d1"}')
+    assert "1" in out
+
+    refused = runner.invoke(cli, ["--data-dir", str(tmp_path), "mcp", "allow", "bad", "x"])
+    assert refused.exit_code == 2 and "bad.json skipped: not valid JSON" in refused.output
+    for reg_id in ("bad", "newer", "mismatch"):
+        assert "removed" in run("mcp", "remove", reg_id)[0]
+    assert sorted(p.name for p in regs.iterdir()) == ["files.json"]
+    assert "broken" not in run("mcp", "list")[0]
+
+
+def test_unreadable_catalog_cache_counts_as_not_discovered(tmp_path: Path) -> None:
+    store = RegistrationStore(tmp_path)
+    store.save(
+        parse_registration(
+            {"id": "w", "displayName": "w", "transport": {"type": "stdio", "command": "x"}}
+        )
+    )
+    store.catalog_dir.mkdir(parents=True)
+    (store.catalog_dir / "w.json").write_text("[1, 2")
+    assert store.catalog("w") is None
+    listing = CliRunner().invoke(cli, ["--data-dir", str(tmp_path), "mcp", "list"])
+    assert listing.exit_code == 0 and "not discovered yet" in listing.output

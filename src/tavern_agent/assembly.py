@@ -269,6 +269,7 @@ class Assembly:
             books=books,
             settings=source.settings,
             rng=random.Random(source.seed),
+            character=source.card.name if source.card is not None else None,
         )
         mount = self.data.chat_mount_dir(stable)
         sync_floors(chat, mount)

@@ -15,7 +15,7 @@ import click
 
 from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly, ChatSource
-from tavern_agent.chat.formats import ChatFormatError, parse_card, parse_world
+from tavern_agent.chat.formats import ChatFormatError
 from tavern_agent.chat.run_input import ChatRun
 from tavern_agent.cli_options import mcp_ask_option
 from tavern_agent.config import default_data_dir, profiles_dir, resolve_profile
@@ -27,9 +27,11 @@ from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.core.results import CommitRequested, ExecutedCall
 from tavern_agent.extensions.cli import load_modules, serve_command
 from tavern_agent.fsutil import atomic_write
+from tavern_agent.inputs import InputError, load_card, load_world
 from tavern_agent.mcp.approval import approver_for
 from tavern_agent.mcp.cli import mcp_group
 from tavern_agent.runtime.cli import run_command, runs_group
+from tavern_agent.terminal import say
 from tavern_agent.tools.catalog import ProfileValidationError
 from tavern_agent.tools.gate import ToolRequestGate
 from tavern_agent.tools.snapshot import ToolSnapshot
@@ -145,17 +147,17 @@ def tools_list(
         click.echo(json.dumps(listing, ensure_ascii=False, indent=2))
         return
     for b in snap.bindings:
-        click.echo(f"{b.model_name}  ({b.tool_id})")
+        say(f"{b.model_name}  ({b.tool_id})")
         origin = origins[str(b.tool_id)]
         if origin:
-            click.echo(f"  registered by {origin}")
-        click.echo(f"  {b.descriptor.description}")
+            say(f"  registered by {origin}")
+        say(f"  {b.descriptor.description}")
         for line in _parameter_lines(b.parameters):
-            click.echo(f"    {line}")
+            say(f"    {line}")
     if not snap.bindings:
-        click.echo("(no tools)")
+        say("(no tools)")
     for note in snap.diagnostics:
-        click.echo(f"note: {note}", err=True)
+        say(f"note: {note}", err=True)
 
 
 def listing_json(snap: ToolSnapshot) -> dict[str, Any]:
@@ -299,7 +301,7 @@ def call_command(
     try:
         executed, gate, chat_run = asyncio.run(run())
     except WorkspaceEscape as exc:
-        click.echo(f"tavern-agent: fatal: {exc}", err=True)
+        say(f"tavern-agent: fatal: {exc}", err=True)
         sys.exit(1)
     save_reads(reads_file, gate.reads)
     result = executed.result
@@ -307,18 +309,20 @@ def call_command(
         assert gate.workspace is not None
         receipt = chat_run.apply_effect(executed.effect, gate.workspace)
         verb = "created" if receipt.created else "updated"
-        click.echo(
+        say(
             f"tavern-agent: chat floor {receipt.floor} {verb} in {chat_file} "
             f"(revise it with --run {run_id})",
             err=True,
         )
+        if receipt.merged:
+            click.echo(f"tavern-agent: the chat had changed: {receipt.merged}", err=True)
     if as_json:
         payload = result.to_json() | {"effect": type(executed.effect).__name__}
         click.echo(json.dumps(payload, ensure_ascii=False, indent=2))
     else:
         if result.is_error and result.error_code is not None:
-            click.echo(f"[{result.error_code}]")
-        click.echo(result.content)
+            say(f"[{result.error_code}]")
+        say(result.content)
 
 
 def _chat_source(
@@ -326,9 +330,9 @@ def _chat_source(
 ) -> ChatSource:
     """The chat side of a CLI call: the chat, its world info files and card."""
     try:
-        books = tuple(parse_world(p.read_bytes(), p.stem) for p in world_files)
-        card = parse_card(character_file.read_bytes()) if character_file is not None else None
-    except (ChatFormatError, ValueError) as exc:
+        books = tuple(load_world(p) for p in world_files)
+        card = load_card(character_file) if character_file is not None else None
+    except InputError as exc:
         raise click.UsageError(str(exc)) from None
     return ChatSource(chat_file, books, card, seed)
 
@@ -353,9 +357,9 @@ def skills_list(ctx: click.Context, profile_spec: str | None) -> None:
             raise click.UsageError(str(exc)) from None
     found = data.skills(chosen)
     for skill in found:
-        click.echo(f"skills/{skill.folder}/  {skill.name}: {skill.description}".rstrip(": "))
+        say(f"skills/{skill.folder}/  {skill.name}: {skill.description}".rstrip(": "))
     if not found:
-        click.echo(f"(no skills in {data.skills_dir})")
+        say(f"(no skills in {data.skills_dir})")
 
 
 @cli.group()
@@ -379,7 +383,7 @@ def profile_new(ctx: click.Context, profile_id: str, name: str | None) -> None:
     if path.exists():
         raise click.UsageError(f"profile {profile_id!r} exists already: {path}")
     atomic_write(path, (json.dumps(new.to_json(), indent=2) + "\n").encode())
-    click.echo(str(path))
+    say(str(path))
 
 
 @profile.command("validate")
@@ -393,9 +397,9 @@ def profile_validate(ctx: click.Context, profile_spec: str) -> None:
     except (ProfileError, ProfileValidationError) as exc:
         problems = exc.problems if isinstance(exc, ProfileValidationError) else [str(exc)]
         for problem in problems:
-            click.echo(f"error: {problem}", err=True)
+            say(f"error: {problem}", err=True)
         sys.exit(1)
-    click.echo(f"{loaded.id}: ok")
+    say(f"{loaded.id}: ok")
 
 
 cli.add_command(mcp_group)
@@ -409,10 +413,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="tavern-agent", standalone_mode=False)
     except click.UsageError as exc:
-        click.echo(f"tavern-agent: error: {exc.format_message()}", err=True)
+        say(f"tavern-agent: error: {exc.format_message()}", err=True)
         sys.exit(2)
     except click.ClickException as exc:
-        click.echo(f"tavern-agent: error: {exc.format_message()}", err=True)
+        say(f"tavern-agent: error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         sys.exit(130)

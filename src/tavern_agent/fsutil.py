@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 TMP_SUFFIX = ".tmp"
@@ -25,6 +26,10 @@ TMP_SUFFIX = ".tmp"
 
 class AlreadyWritten(FileExistsError):
     """A write-once file exists already."""
+
+
+class ChangedMeanwhile(RuntimeError):
+    """An :func:`atomic_write` whose ``unchanged`` check failed; nothing was written."""
 
 
 def tmp_name(name: str) -> str:
@@ -78,6 +83,7 @@ def atomic_write(
     mode: int | None = None,
     dir_fd: int | None = None,
     follow_link: bool = False,
+    unchanged: Callable[[], bool] | None = None,
 ) -> None:
     """Replace (or create) ``path`` with ``data`` atomically.
 
@@ -85,7 +91,10 @@ def atomic_write(
     With ``dir_fd``, ``path`` is a plain name inside that open folder (the
     workspace opens folders one by one so a link is never followed).
     ``follow_link`` writes through a symlink to its target instead of
-    replacing the link with a regular file.
+    replacing the link with a regular file. ``unchanged`` is asked right
+    before the rename (the last moment another program's write could be
+    lost); when it answers false nothing is written and
+    :class:`ChangedMeanwhile` is raised.
     """
     if dir_fd is None:
         path = Path(path)
@@ -104,6 +113,8 @@ def atomic_write(
     tmp = _write_temp(folder, name, data, durable=durable, mode=mode, dir_fd=dir_fd)
     target = name if dir_fd is not None else str(path)
     try:
+        if unchanged is not None and not unchanged():
+            raise ChangedMeanwhile(f"{target} changed while it was being rewritten")
         os.replace(tmp, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -60,11 +60,11 @@ def test_group_chat_keeps_each_speaker(tmp_path: Path) -> None:
     assert chat.encode() == data
 
 
-def test_broken_lines_are_reported() -> None:
-    with pytest.raises(ChatFormatError, match="line 2"):
-        parse_chat(b'{"user_name":"u"}\n{not json')
-    with pytest.raises(ChatFormatError):
-        parse_chat(b"")
+def test_broken_lines_are_skipped_and_kept() -> None:
+    chat = parse_chat(b'{"user_name":"u"}\n{not json')
+    assert chat.messages == [] and chat.encode() == b'{"user_name":"u"}\n{not json'
+    with pytest.raises(ChatFormatError, match="byte order mark"):
+        parse_chat(b"\xef\xbb\xbf{}")
 
 
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(10**9), 10**9), st.text(max_size=20))

@@ -126,3 +126,28 @@ def test_ctrl_c_cancels_and_the_journal_records_it(tmp_path: Path) -> None:
     events = [json.loads(line) for line in journal.read_text().splitlines()]
     assert events[-1]["type"] == "run_cancelled"
     assert events[-1]["payload"]["errorCode"] == "run.cancelled"
+
+
+def test_a_commit_to_a_symlinked_chat_reaches_the_real_file(tmp_path: Path) -> None:
+    # SillyTavern users link chats and whole data folders: the link stays, the target changes.
+    args = example_args(tmp_path)
+    real = tmp_path / "st" / "chats" / "real.jsonl"
+    real.parent.mkdir(parents=True)
+    (tmp_path / "chat.jsonl").rename(real)
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    link = linked / "link.jsonl"
+    link.symlink_to(Path("..") / "st" / "chats" / "real.jsonl")
+    data_target = tmp_path / "data-real"
+    data_target.mkdir()
+    (tmp_path / "data").symlink_to(data_target)
+    args[1] = str(link)
+    proc = run(*args, "--json", data_dir=tmp_path / "data")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "completed"
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    assert (tmp_path / "data").is_symlink()
+    lines = real.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 6 and REPLY in json.loads(lines[-1])["mes"]
+    assert not list(real.parent.glob(".*.tmp")) and not list(linked.glob(".*.tmp"))
+    assert sorted(p.name for p in linked.iterdir()) == ["link.jsonl"]

@@ -6,9 +6,13 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from tavern_agent.assembly import ChatSource
+from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.profile import Profile
+from tavern_agent.extensions.python import target_of
 from tavern_agent.runtime.run import Run
 from tavern_agent.runtime.scripted import call, calls
+from tavern_agent.tools.context import CallContext
 from tests.runtime.helpers import (
     COMMIT,
     FINISH,
@@ -137,3 +141,20 @@ def test_a_finish_accepted_before_a_kill_completes_on_resume(tmp_path: Path) -> 
         engine.close()
     assert resumed.status == "completed" and resumed.commits == result.commits
     assert len(h.chat_messages()) == 4
+
+
+def test_an_extension_call_in_a_chat_run_names_the_chat(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    chat_run, _, _ = h.assembly.chat_run(
+        ChatSource(h.chat_path), tmp_path / "run", run_id="run_x", profile_id="writer"
+    )
+    snapshot = h.assembly.snapshot(profile(), Scene.CHAT)
+    ctx = CallContext("run_x", snapshot.id, "call_1", 1, Scene.CHAT, snapshot, chat=chat_run)
+    target = target_of(ctx)
+    assert target == {
+        "kind": "chat",
+        "runId": "run_x",
+        "stableChatId": chat_run.input.stable_chat_id,
+        "chatRef": "chat",
+    }
+    assert target["stableChatId"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.profile import WorkspaceSettings
 from tavern_agent.core.results import FilePatched, FileWritten
+from tavern_agent.workspace import read_state
 from tavern_agent.workspace.roots import RootPolicy
 from tavern_agent.workspace.store import Workspace, WorkspaceEscape, sha256_hex
 
@@ -81,6 +83,56 @@ async def test_read_pages_long_files(agent: Agent, ws: Workspace) -> None:
         "scratch/long.md has 3,000 lines, so offset 3001 is past its end. "
         "Use an offset from 1 to 3,000." in past.content
     )
+
+
+def big_file(ws: Workspace, lines: int = 200_000) -> Path:
+    path = ws.root / "scratch/big.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"line {i} of the long log\n" for i in range(1, lines + 1)))
+    return path
+
+
+async def test_large_file_preview_reads_only_its_start(
+    agent: Agent, ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(read_state, "SETTLED_SECONDS", 0.0)  # the file was just written
+    path = big_file(ws)  # 5 MB
+    first = await agent(READ, file_path="scratch/big.md")
+    assert first.content.splitlines()[0] == (
+        f"scratch/big.md: lines 1-1200 ({path.stat().st_size:,} bytes; only its start was read)"
+    )
+    assert first.content.splitlines()[1] == "   1\tline 1 of the long log"
+    assert first.content.endswith("[more lines follow; continue with offset=1201, limit=1200]")
+    assert first.structured["lines"] is None and first.structured["full"] is False
+    # The read state holds the whole file's sha256, so the write rules apply as usual.
+    assert agent.gate.reads["scratch/big.md"].sha256 == sha256_hex(path.read_bytes())
+    patched = await agent(
+        PATCH, file_path="scratch/big.md", old_string="line 7 of", new_string="L7"
+    )
+    assert not patched.is_error and "L7 the long log" in path.read_text()[:200]
+    # A page past the head is read from the whole file, with the exact count.
+    last = await agent(READ, file_path="scratch/big.md", offset=199_999)
+    assert "lines 199999-200000 of 200000" in last.content
+
+
+async def test_recently_changed_large_file_is_read_whole(agent: Agent, ws: Workspace) -> None:
+    big_file(ws)  # just written: a change within the timestamp granularity could go unseen
+    first = await agent(READ, file_path="scratch/big.md")
+    assert first.content.startswith("scratch/big.md: lines 1-1200 of 200000")
+
+
+def test_a_file_changed_while_hashed_gets_no_usable_digest(ws: Workspace) -> None:
+    path = big_file(ws, 1000)
+    with ws.open_file("scratch/big.md") as fd:
+        before = os.fstat(fd)
+        time.sleep(0.05)  # past any timestamp granularity
+        with path.open("r+b") as handle:  # same size, changed in place
+            handle.write(b"LINE")
+        state = read_state.ReadState.of_open_file(fd, before, "")
+    assert state.sha256 == read_state.CHANGED_WHILE_READ != sha256_hex(path.read_bytes())
+    with ws.open_file("scratch/big.md") as fd:
+        settled_state = read_state.ReadState.of_open_file(fd, os.fstat(fd), "")
+    assert settled_state.sha256 == sha256_hex(path.read_bytes())
 
 
 async def test_overlong_lines_are_cut_with_a_note(agent: Agent, ws: Workspace) -> None:
@@ -183,6 +235,25 @@ async def test_search_caps_lines_and_cuts_long_ones(agent: Agent, ws: Workspace)
     cut = await agent(SEARCH, pattern="yhitz")
     line = cut.content.splitlines()[0]
     assert "yhitz" in line and len(line) < 340
+
+
+async def test_case_insensitive_literals_find_every_case(agent: Agent, ws: Workspace) -> None:
+    # "(?i)orc_id-7" is first searched for its caseless run "-7"; every file holding a
+    # match in any case, Unicode folds included, is still found.
+    (ws.root / "scratch").mkdir()
+    (ws.root / "scratch/a.md").write_text("x\nthe ORC_ID-7 here\n")
+    (ws.root / "scratch/b.md").write_text("orc_id 7 (no dash)\n")  # the caseless run is absent
+    (ws.root / "scratch/c.md").write_text("Orc_\u212aey-7\n")  # KELVIN SIGN folds to k
+    (ws.root / "scratch/d.md").write_text("ORC_ID-8\n")
+    result = await agent(SEARCH, pattern="(?i)orc_id-7", path="scratch")
+    assert result.content.splitlines() == [
+        "scratch/a.md:2: the ORC_ID-7 here",
+        "[1 matching lines in 1 files]",
+    ]
+    kelvin = await agent(SEARCH, pattern="(?i)orc_key-7", path="scratch")
+    assert kelvin.content.splitlines()[0] == "scratch/c.md:1: Orc_\u212aey-7"
+    words = await agent(SEARCH, pattern="(?i)ORC", path="scratch")
+    assert words.structured["files"] == 4
 
 
 async def test_two_concurrent_patches_one_wins(ws: Workspace) -> None:

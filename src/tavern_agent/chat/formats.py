@@ -20,12 +20,15 @@ import binascii
 import copy
 import hashlib
 import json
+import re
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
+
+from tavern_agent.chat.dates import send_date
+from tavern_agent.core import json_input
 
 # ---------------------------------------------------------------- chat JSONL
 
@@ -39,12 +42,17 @@ def encode_line(obj: Mapping[str, Any]) -> bytes:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def send_date(now: datetime | None = None) -> str:
-    """A ``send_date`` in SillyTavern's humanized form, e.g. ``December 2, 2025 10:56am``."""
-    now = now or datetime.now()
-    hour = now.hour % 12 or 12
-    suffix = "am" if now.hour < 12 else "pm"
-    return f"{now:%B} {now.day}, {now.year} {hour}:{now.minute:02d}{suffix}"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def well_formed(text: str) -> str:
+    """``text`` with lone UTF-16 surrogates replaced by U+FFFD.
+
+    ``JSON.stringify`` writes a surrogate half it finds (an emoji cut
+    mid-stream) as a ``\\udXXX`` escape, which Python reads back as a lone
+    surrogate that cannot be encoded; SillyTavern shows U+FFFD for it.
+    """
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
 
 
 class ChatMessage:
@@ -66,7 +74,10 @@ class ChatMessage:
     def raw(self) -> dict[str, Any]:
         if self._raw is None:
             assert self.line is not None
-            self._raw = _message_object(self.line, 0)
+            found = _json_object(self.line)
+            if found is None:
+                raise ChatFormatError("a chat line changed under a known digest")
+            self._raw = found
         return self._raw
 
     def __eq__(self, other: object) -> bool:
@@ -81,12 +92,12 @@ class ChatMessage:
 
     @property
     def name(self) -> str:
-        return str(self.raw.get("name") or "")
+        return well_formed(str(self.raw.get("name") or ""))
 
     @property
     def mes(self) -> str:
         value = self.raw.get("mes")
-        return value if isinstance(value, str) else ""
+        return well_formed(value) if isinstance(value, str) else ""
 
     @property
     def is_user(self) -> bool:
@@ -137,15 +148,30 @@ class ChatMessage:
         return self.line if self.line is not None else encode_line(self.raw)
 
 
+# The names SillyTavern 1.13+ writes into every header instead of the real ones.
+UNUSED_NAME = "unused"
+
+
 @dataclass(slots=True)
 class ChatFile:
-    """A whole chat file: header, messages and how its lines were separated."""
+    """A whole chat file: header, messages and the bytes between them.
+
+    ``has_header`` is false for a group chat saved by SillyTavern 1.12 or
+    earlier, whose first line is already a message. ``gaps`` holds, for the
+    records (header and messages) the file was read with, the bytes before
+    each record and after the last one: line ends (``\\n`` or ``\\r\\n``),
+    blank lines, and lines SillyTavern skips because they are not JSON
+    objects. ``None`` means plain ``newline`` between records and nothing
+    after the last. Records added later are joined with ``newline``.
+    """
 
     header: dict[str, Any]
     messages: list[ChatMessage]
     header_line: bytes | None = None
     newline: bytes = b"\n"
     trailing_newline: bool = False
+    has_header: bool = True
+    gaps: list[bytes] | None = None
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -159,11 +185,27 @@ class ChatFile:
 
     @property
     def character_name(self) -> str:
-        return str(self.header.get("character_name") or "")
+        """The header's character name; empty when SillyTavern wrote ``"unused"`` there."""
+        return _header_name(self.header.get("character_name"))
 
     @property
     def user_name(self) -> str:
-        return str(self.header.get("user_name") or "")
+        """The header's user name; empty when SillyTavern wrote ``"unused"`` there."""
+        return _header_name(self.header.get("user_name"))
+
+    def speaker(self, *, user: bool) -> str:
+        """Who the chat is with (or, ``user=True``, who the user is).
+
+        The header's name, else the newest speaker of that side (a 1.13+
+        header only says ``"unused"``); empty when neither is known.
+        """
+        name = self.user_name if user else self.character_name
+        if name:
+            return name
+        for message in reversed(self.messages):
+            if message.is_user == user and message.name and not message.is_system:
+                return message.name
+        return ""
 
     def stable_id(self, fallback: str) -> str:
         """``chat_metadata.integrity``; without one, ``fallback`` plus the creation date."""
@@ -172,50 +214,129 @@ class ChatFile:
         seed = f"{fallback}\n{self.header.get('create_date', '')}"
         return "file-" + hashlib.sha256(seed.encode("utf-8")).hexdigest()[:32]
 
+    def records(self) -> list[bytes]:
+        """The JSON lines of the file, header first (when it has one)."""
+        head = [self.header_line if self.header_line is not None else encode_line(self.header)]
+        return (head if self.has_header else []) + [m.encoded() for m in self.messages]
+
     def encode(self) -> bytes:
-        lines = [self.header_line if self.header_line is not None else encode_line(self.header)]
-        lines.extend(m.encoded() for m in self.messages)
-        body = self.newline.join(lines)
-        return body + self.newline if self.trailing_newline else body
+        records = self.records()
+        if self.gaps is None:
+            body = self.newline.join(records)
+            return body + self.newline if self.trailing_newline and records else body
+        known = len(self.gaps) - 1
+        out = bytearray()
+        for at, record in enumerate(records):
+            out += self.gaps[at] if at < known else self.newline
+            out += record
+        out += self.gaps[known]
+        return bytes(out)
 
 
-def _message_object(line: bytes, number: int) -> dict[str, Any]:
+def _header_name(value: Any) -> str:
+    name = str(value or "")
+    return "" if name == UNUSED_NAME else name
+
+
+def _json_object(line: bytes) -> dict[str, Any] | None:
+    """The JSON object on a line, or ``None`` when SillyTavern would skip the line.
+
+    SillyTavern reads a chat with Node (invalid UTF-8 becomes U+FFFD) and
+    ``JSON.parse`` on each line, dropping lines that do not parse.
+    """
     try:
-        obj = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ChatFormatError(f"line {number} is not JSON: {exc}") from None
-    if not isinstance(obj, dict):
-        raise ChatFormatError(f"line {number} is not a JSON object")
-    return obj
+        obj = json_input.loads(line)
+    except json_input.JsonInputError:
+        # Not UTF-8 (Node reads it with U+FFFD), or not JSON, or nested too deeply.
+        try:
+            obj = json_input.loads(line.decode("utf-8", errors="replace"))
+        except json_input.JsonInputError:
+            return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _is_header(obj: Mapping[str, Any]) -> bool:
+    """Whether a chat's first record is its header rather than a message.
+
+    A header carries ``chat_metadata`` (SillyTavern since 2023) or at least no
+    ``mes``; a group chat saved by SillyTavern 1.12 or earlier starts right
+    away with a message, which has ``mes`` and no ``chat_metadata``.
+    """
+    return "chat_metadata" in obj or "mes" not in obj
+
+
+_LATER: dict[str, Any] = {}  # stands for a known line, parsed when used
 
 
 def parse_chat(data: bytes, *, known: Callable[[bytes], bool] | None = None) -> ChatFile:
-    """Read a chat JSONL file; the first line is the header.
+    """Read a chat JSONL file the way SillyTavern does.
 
-    Message lines for which ``known(line)`` is true are taken as valid and parsed
-    only when used (a caller that has seen those exact bytes parse before).
+    Lines are split at ``\\n`` (a ``\\r`` before it is kept as part of the
+    line end); blank lines and lines that are not JSON objects are skipped, as
+    SillyTavern skips them, but kept for writing the file back. The first
+    record is the header unless it is a message (see :func:`_is_header`). An
+    empty file is a chat without header or messages.
+
+    Message lines for which ``known(line)`` is true are taken as valid and
+    parsed only when used (a caller that has seen those exact bytes parse
+    before). ``known`` is called once for each line that holds a record after
+    the first, in order.
     """
     if data.startswith(b"\xef\xbb\xbf"):
         raise ChatFormatError("the chat file starts with a byte order mark")
+    records: list[tuple[bytes, dict[str, Any] | None]] = []
+    gaps: list[bytes] = []
+    pending = bytearray()  # the bytes since the last record
+    pieces = data.split(b"\n")
+    last = len(pieces) - 1
+    for at, piece in enumerate(pieces):
+        end = b"" if at == last else b"\n"
+        # JSON.parse ignores white space around the object (a "\r" of a CRLF file too).
+        line = piece if piece[:1] == b"{" and piece[-1:] == b"}" else piece.strip(b" \t\r")
+        obj: dict[str, Any] | None = None
+        if line[:1] == b"{":
+            # A line ``known`` vouches for is parsed when first used.
+            later = records and known is not None and known(line)
+            obj = _LATER if later else _json_object(line)
+        if obj is None:
+            pending += piece + end
+            continue
+        start = 0 if line is piece else piece.index(line)
+        gaps.append(bytes(pending) + piece[:start])
+        records.append((line, None if obj is _LATER else obj))
+        pending = bytearray(piece[start + len(line) :] + end)
+    gaps.append(bytes(pending))
+    header: dict[str, Any] = {}
+    header_line: bytes | None = None
+    has_header = bool(records)  # an empty file has no header line yet
+    if records:
+        first = records[0][1]
+        if first is not None and _is_header(first):
+            header, header_line = first, records[0][0]
+            records = records[1:]
+        else:
+            has_header = False
+    messages = [ChatMessage(obj, line) for line, obj in records]
     newline = b"\r\n" if b"\r\n" in data[:65536] else b"\n"
-    trailing = data.endswith(newline)
-    body = data[: -len(newline)] if trailing else data
-    lines = body.split(newline) if body else []
-    if not lines:
-        raise ChatFormatError("the chat file is empty; it needs at least the header line")
-    header = _message_object(lines[0], 1)
-    messages = [
-        ChatMessage(None if known is not None and known(line) else _message_object(line, n), line)
-        for n, line in enumerate(lines[1:], 2)
-    ]
-    return ChatFile(header, messages, lines[0], newline, trailing)
+    chat = ChatFile(header, messages, header_line, newline, has_header=has_header)
+    plain = gaps[0] == b"" and all(g == b"\n" for g in gaps[1:-1]) and gaps[-1] in (b"", b"\n")
+    if plain and newline == b"\n":
+        chat.trailing_newline = len(gaps) > 1 and gaps[-1] == b"\n"
+    else:
+        chat.gaps = gaps
+    return chat
 
 
 def new_message(
-    name: str, text: str, *, is_user: bool = False, extra: Mapping[str, Any] | None = None
+    name: str,
+    text: str,
+    *,
+    is_user: bool = False,
+    extra: Mapping[str, Any] | None = None,
+    date: str | int | None = None,
 ) -> ChatMessage:
-    """A message line in SillyTavern's shape, with one swipe."""
-    date = send_date()
+    """A message line in SillyTavern's shape, with one swipe (``date``: its ``send_date``)."""
+    date = send_date() if date is None else date
     raw: dict[str, Any] = {
         "name": name,
         "is_user": is_user,
@@ -402,7 +523,10 @@ class WorldBook:
 
 def parse_world(data: bytes | Mapping[str, Any], name: str) -> WorldBook:
     """A SillyTavern world info file, or a card's ``character_book`` (converted)."""
-    obj = json.loads(data) if isinstance(data, bytes) else copy.deepcopy(dict(data))
+    try:
+        obj = json_input.loads(data) if isinstance(data, bytes) else copy.deepcopy(dict(data))
+    except (json_input.JsonInputError, RecursionError) as exc:
+        raise ChatFormatError(json_input.describe(exc)) from None
     if not isinstance(obj, dict):
         raise ChatFormatError("world info must be a JSON object")
     entries = obj.get("entries")
@@ -517,9 +641,9 @@ def parse_card(data: bytes) -> CharacterCard:
         else:
             raise ChatFormatError("the PNG has no chara or ccv3 text chunk")
     try:
-        obj = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ChatFormatError(f"the card is not JSON: {exc}") from None
+        obj = json_input.loads(data)
+    except json_input.JsonInputError as exc:
+        raise ChatFormatError(str(exc)) from None
     if not isinstance(obj, dict):
         raise ChatFormatError("a card must be a JSON object")
     return CharacterCard(obj)

@@ -131,14 +131,21 @@ def read_chat(path: Path, folder: Path) -> tuple[ChatFile, list[bytes], Saved | 
     """
     saved = load(folder / FILE)
     seen = frozenset(saved[1]) if saved is not None else frozenset()
-    digests: list[bytes] = []
+    hashed: dict[int, tuple[bytes, bytes]] = {}  # id(line) → (line, digest)
 
     def known(line: bytes) -> bool:
         digest = hashlib.sha1(line).digest()
-        digests.append(digest)
+        hashed[id(line)] = (line, digest)
         return digest in seen
 
     chat = parse_chat(path.read_bytes(), known=known)
+    digests = []
+    for message in chat.messages:
+        found = hashed.get(id(message.line))
+        if found is not None and found[0] is message.line:
+            digests.append(found[1])
+        else:  # a line ``known`` was not asked about (the first one of a headerless chat)
+            digests.append(hashlib.sha1(message.encoded()).digest())
     return chat, digests, saved
 
 

@@ -9,7 +9,6 @@ copied: tools read the chat file, limited to the first N floors.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from collections.abc import Iterable, Sequence
@@ -31,6 +30,7 @@ from tavern_agent.chat.repository import (
     ChatRepository,
     CommitReceipt,
     FileChatRepository,
+    prefix_digest,
 )
 from tavern_agent.chat.search import ChatIndex
 from tavern_agent.fsutil import atomic_write
@@ -101,14 +101,6 @@ class ChatRunInput:
         return cls.from_json(json.loads(path.read_bytes()))
 
 
-def prefix_digest(chat: ChatFile, count: int) -> str:
-    digest = hashlib.sha256()
-    for message in chat.messages[:count]:
-        digest.update(message.encoded())
-        digest.update(b"\n")
-    return digest.hexdigest()
-
-
 def scan_messages(chat: ChatFile, count: int) -> list[ScanMessage]:
     """The floors activation scans: visible ones (hidden floors stay out of the prompt)."""
     return [ScanMessage(m.name, m.mes) for m in chat.messages[:count] if not m.hidden]
@@ -123,12 +115,14 @@ def freeze(
     settings: ActivationSettings | None = None,
     rng: random.Random | None = None,
     precomputed: Sequence[dict[str, Any]] | None = None,
+    character: str | None = None,
 ) -> ChatRunInput:
     """The run input for ``chat`` as it is now.
 
     ``precomputed`` is the host's activation list, used as given; otherwise
     the entries of ``books`` are activated here. With neither, activation is
-    unavailable to the run.
+    unavailable to the run. ``character`` (the card's name) is who replies;
+    default the chat's own character (:meth:`ChatFile.speaker`).
     """
     count = len(chat.messages)
     activation: tuple[ActivatedEntry, ...] | None
@@ -144,8 +138,8 @@ def freeze(
     return ChatRunInput(
         stable_chat_id=stable_chat_id,
         title=title,
-        character=chat.character_name,
-        user_name=chat.user_name,
+        character=character or chat.speaker(user=False),
+        user_name=chat.speaker(user=True),
         floor_count=count,
         prefix_sha256=prefix_digest(chat, count),
         activation=activation,
@@ -206,7 +200,17 @@ class ChatRun:
 
     def apply_commit(self, text: str, path: str, mode: str, reason: str) -> CommitReceipt:
         """Apply a commit-requested effect to the chat (the chat adapter's job)."""
-        commit = ChatCommit(self.run_id, self.profile_id, path, text, mode, reason)
+        commit = ChatCommit(
+            self.run_id,
+            self.profile_id,
+            path,
+            text,
+            mode,
+            reason,
+            name=self.input.character or None,
+            floor_count=self.input.floor_count,
+            prefix_sha256=self.input.prefix_sha256,
+        )
         receipt = self.repository.apply_commit(commit)
         self._cache = None
         return receipt

@@ -86,6 +86,7 @@ class ErrorCode(StrEnum):
     MCP_SERVER_UNAVAILABLE = "mcp.server_unavailable"
     MCP_UNSUPPORTED_RESPONSE = "mcp.unsupported_response"
     MCP_ARGUMENTS_TOO_LARGE = "mcp.arguments_too_large"
+    MCP_LOGIN_REQUIRED = "mcp.login_required"
     EXTENSION_TOOL_ERROR = "extension.tool_error"
     EXTENSION_TOOL_TIMEOUT = "extension.tool_timeout"
     EXTENSION_TOOL_DISCONNECTED = "extension.tool_disconnected"
@@ -241,6 +242,11 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
     ),
     ErrorCode.MCP_ARGUMENTS_TOO_LARGE: ErrorInfo(
         True, "The arguments exceed the 256 KiB MCP limit; the call was not sent."
+    ),
+    ErrorCode.MCP_LOGIN_REQUIRED: ErrorInfo(
+        True,
+        "The MCP server needs an OAuth login (none yet, or its token was revoked); "
+        "the call was not sent. `tavern-agent mcp login` fixes it.",
     ),
     ErrorCode.EXTENSION_TOOL_ERROR: ErrorInfo(True, "The extension function raised an error."),
     ErrorCode.EXTENSION_TOOL_TIMEOUT: ErrorInfo(

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from tavern_agent.core import json_input
 from tavern_agent.core.ids import InvalidToolId, ToolId
 
 DEFAULT_MAX_CALLS = 80
@@ -212,10 +213,12 @@ class Profile(_Model):
     @classmethod
     def load(cls, path: Path) -> Profile:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json_input.loads(path.read_bytes())
         except FileNotFoundError:
             raise ProfileError(f"{path}: no such profile file") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except OSError as exc:
+            raise ProfileError(f"{path}: cannot read profile: {exc.strerror or exc}") from None
+        except json_input.JsonInputError as exc:
             raise ProfileError(f"{path}: cannot read profile: {exc}") from None
         return cls.from_json(data, str(path))
 

@@ -73,10 +73,18 @@ class ExtensionContext:
 
 
 def target_of(ctx: CallContext) -> dict[str, str]:
-    """The scene target sent to an extension (``ctx.target`` in the original)."""
-    if ctx.scene is Scene.CHAT:
-        return {"kind": "chat", "runId": ctx.run_id}
-    return {"kind": "session", "sessionId": ctx.run_id}
+    """The scene target sent to an extension: the scene kind and its ids.
+
+    A chat target names the chat twice over: ``stableChatId`` stays the same
+    when the file is renamed, ``chatRef`` is the chat file's name as the user
+    sees it.
+    """
+    if ctx.scene is not Scene.CHAT:
+        return {"kind": "session", "sessionId": ctx.run_id}
+    target = {"kind": "chat", "runId": ctx.run_id}
+    if ctx.chat is not None:
+        target |= {"stableChatId": ctx.chat.input.stable_chat_id, "chatRef": ctx.chat.input.title}
+    return target
 
 
 def receipt_for_value(value: Any, name: str | Callable[[], str]) -> ExternalReceipt:

@@ -1,6 +1,9 @@
-"""Approval of ``ask`` tools: a callback asks the person, or a policy answers at once.
+"""Approval of ``ask`` tools and of servers' requests for input (elicitation).
 
-Non-interactive runs never hang: the default policy declines immediately.
+One approver answers both: a callback asks the person, or a policy answers at
+once. Non-interactive runs never hang: the default policy declines immediately.
+For an elicitation, ``arguments`` holds the proposed answer (the schema's
+defaults); an approver may change it in place before saying yes.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ class ApprovalRequest:
     tool: str
     model_name: str
     arguments: dict[str, Any]
+    kind: Literal["call", "elicitation"] = "call"
+    message: str = ""
+    schema: dict[str, Any] | None = None
 
     @property
     def preview(self) -> str:
@@ -58,6 +64,9 @@ def terminal_approver(fallback: AskPolicy = "decline") -> Approver:
             return await quiet(request)
         import click
 
+        if request.kind == "elicitation":
+            return await asyncio.to_thread(_ask_for_input, request)
+
         def ask() -> bool:
             click.echo(
                 f"MCP tool {request.tool} on {request.server} wants to run with:\n"
@@ -71,6 +80,29 @@ def terminal_approver(fallback: AskPolicy = "decline") -> Approver:
     return decide
 
 
+def _ask_for_input(request: ApprovalRequest) -> bool:
+    """Show the server's message, prompt each field (its default offered), confirm."""
+    import click
+
+    click.echo(f"MCP server {request.server} asks: {request.message}", err=True)
+    properties = (request.schema or {}).get("properties") or {}
+    if not click.confirm("Answer it?", default=False, err=True):
+        return False
+    kinds = {"integer": int, "number": float, "boolean": bool, "string": str}
+    for key, spec in properties.items():
+        if not isinstance(spec, dict):
+            continue
+        label = spec.get("title") or spec.get("description") or key
+        kind = (
+            click.Choice(spec["enum"]) if "enum" in spec else kinds.get(str(spec.get("type")), str)
+        )
+        current = request.arguments.get(key)
+        request.arguments[key] = click.prompt(
+            label, default=current, type=kind, show_default=current is not None, err=True
+        )
+    return True
+
+
 AskMode = Literal["prompt", "decline", "allow"]
 ASK_MODES: tuple[AskMode, ...] = ("prompt", "decline", "allow")
 
@@ -82,3 +114,13 @@ def approver_for(mode: str) -> Approver:
     if mode in ("decline", "allow"):
         return policy_approver("allow" if mode == "allow" else "decline")
     raise ValueError(f"unknown MCP ask mode {mode!r} (use {', '.join(ASK_MODES)})")
+
+
+def schema_defaults(schema: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``default`` of each top-level property of a requested schema."""
+    properties = (schema or {}).get("properties") or {}
+    return {
+        key: spec["default"]
+        for key, spec in properties.items()
+        if isinstance(spec, dict) and "default" in spec
+    }

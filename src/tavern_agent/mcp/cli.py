@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from tavern_agent.inputs import InputError, load_json
 from tavern_agent.mcp.registrations import (
     DiscoveredCatalog,
     Permission,
@@ -115,7 +116,9 @@ def mcp_import(ctx: click.Context, file: Path) -> None:
     """Register every server of an `mcpServers` JSON file (as desktop MCP clients use)."""
     store = _store(ctx)
     try:
-        regs = import_mcp_servers(json.loads(file.read_text(encoding="utf-8")), store)
+        regs = import_mcp_servers(load_json(file), store)
+    except InputError as exc:  # names the file already
+        raise click.UsageError(str(exc)) from None
     except (ValueError, RegistrationError) as exc:
         raise click.UsageError(f"{file}: {exc}") from None
     for reg in regs:
@@ -140,17 +143,18 @@ def _catalog_lines(reg: Registration, cat: DiscoveredCatalog | None) -> list[str
 def mcp_list(ctx: click.Context, as_json: bool) -> None:
     """Servers, their tools with permissions, and the age of each discovery."""
     store = _store(ctx)
-    regs = store.all()
+    regs, broken = store.scan()
     if as_json:
-        out = []
+        out: list[dict[str, Any]] = []
         for reg in regs:
             cat = store.catalog(reg.id)
             entry = reg.to_json()
             entry["catalog"] = None if cat is None else cat.model_dump(mode="json", by_alias=True)
             out.append(entry)
+        out.extend({"id": b.id, "file": str(b.path), "problem": b.problem} for b in broken)
         click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
-    if not regs:
+    if not regs and not broken:
         click.echo("(no MCP servers; add one with `tavern-agent mcp add`)")
     for reg in regs:
         t = reg.transport
@@ -158,14 +162,22 @@ def mcp_list(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"{reg.id}  {reg.display_name!r}  {reg.state}  {t.type}: {where}")
         for line in _catalog_lines(reg, store.catalog(reg.id)):
             click.echo(line)
+    for bad in broken:
+        click.echo(f"{bad.id}  broken  {bad.path}")
+        click.echo(f"  problem: {bad.problem}")
+        click.echo(f"  skipped; fix the file or run `tavern-agent mcp remove {bad.id}`")
 
 
 @mcp_group.command("remove")
 @click.argument("ref")
 @click.pass_context
 def mcp_remove(ctx: click.Context, ref: str) -> None:
-    """Delete a registration and its cached catalog."""
+    """Delete a registration and its cached catalog (a broken file too, by its id)."""
     store = _store(ctx)
+    if any(b.id == ref for b in store.broken()):
+        store.remove(ref)
+        click.echo(f"{ref}: removed (it was broken)")
+        return
     reg = _find(store, ref)
     store.remove(reg.id)
     click.echo(f"{reg.id}: removed")
@@ -256,3 +268,65 @@ def mcp_allow(ctx: click.Context, ref: str, tools: tuple[str, ...], ask: bool, e
 def mcp_deny(ctx: click.Context, ref: str, tools: tuple[str, ...], every: bool) -> None:
     """Switch TOOLS of server REF off: not offered, and refused if called."""
     _permit(ctx, ref, tools, every, "off")
+
+
+def _http_registration(ctx: click.Context, ref: str) -> Registration:
+    reg = _find(_store(ctx), ref)
+    if reg.transport.type != "http":
+        raise click.UsageError(f"{reg.id} is a stdio server; OAuth logins are for HTTP servers")
+    return reg
+
+
+@mcp_group.command("login")
+@click.argument("ref")
+@click.option("--no-browser", is_flag=True, help="Print the login URL instead of opening it.")
+@click.pass_context
+def mcp_login(ctx: click.Context, ref: str, no_browser: bool) -> None:
+    """Log in to HTTP server REF with OAuth (opens the browser; tokens are kept, mode 0600)."""
+    from tavern_agent.mcp.oauth import FileTokenStorage, login
+
+    reg = _http_registration(ctx, ref)
+    assert reg.transport.type == "http"
+    storage = FileTokenStorage(_store(ctx).oauth_path(reg.id))
+
+    async def show(url: str) -> None:
+        click.echo(f"Log in to {reg.display_name} at:\n  {url}", err=True)
+        if not no_browser:
+            import webbrowser
+
+            opened = await asyncio.to_thread(webbrowser.open, url)
+            if not opened:
+                click.echo("(no browser found: open the URL above yourself)", err=True)
+        click.echo("Waiting for the login to finish…", err=True)
+
+    try:
+        got = asyncio.run(
+            login(
+                reg.transport.url,
+                dict(reg.transport.headers),
+                storage,
+                show,
+                reg.timeouts.connect_seconds,
+            )
+        )
+    except Exception as exc:  # a failed login is a message, not a traceback
+        from tavern_agent.mcp.connections import describe_error
+
+        detail = describe_error(exc).splitlines()[0]
+        raise click.ClickException(f"{reg.id}: login failed: {detail}") from None
+    if not got:
+        click.echo(f"{reg.id}: the server did not ask for a login; nothing stored")
+        return
+    click.echo(f"{reg.id}: logged in; run `tavern-agent mcp discover {reg.id}` next if needed")
+
+
+@mcp_group.command("logout")
+@click.argument("ref")
+@click.pass_context
+def mcp_logout(ctx: click.Context, ref: str) -> None:
+    """Forget the OAuth tokens and client registration of HTTP server REF."""
+    from tavern_agent.mcp.oauth import FileTokenStorage
+
+    reg = _http_registration(ctx, ref)
+    removed = FileTokenStorage(_store(ctx).oauth_path(reg.id)).remove()
+    click.echo(f"{reg.id}: logged out" if removed else f"{reg.id}: was not logged in")

@@ -3,7 +3,10 @@
 Each connection runs in its own task, which enters the SDK's transport and
 ``ClientSession`` context managers and leaves them again (anyio requires the
 same task for both). Calls from any task use the session. A stdio server's
-stderr goes to a per-server log file, never to the terminal. When the stream
+stderr goes to a capped per-server log file, never to the terminal. A response
+the SDK cannot parse (a ``result`` that is not an object, or neither ``result``
+nor ``error``) is turned into a parse-error response for its request at once,
+as the SDK's HTTP transport does, instead of leaving the call to time out. When the stream
 from the server ends (a crash), the connection is marked dead; the next use
 starts a new one, after a backoff that grows with consecutive crashes.
 """
@@ -22,11 +25,16 @@ from types import TracebackType
 from typing import Any, Self
 
 import anyio
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp.client.session import ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
+from mcp_types import PARSE_ERROR
+from pydantic import ValidationError
 
+from tavern_agent.mcp.logs import StderrPipe
+from tavern_agent.mcp.oauth import FileTokenStorage, run_auth
 from tavern_agent.mcp.registrations import HttpTransport, Registration, StdioTransport
 
 log = logging.getLogger(__name__)
@@ -38,9 +46,38 @@ _CLOSE_WAIT = 5.0
 class ConnectError(Exception):
     """The server could not be started or reached; nothing was sent."""
 
+    def __init__(self, message: str, *, login_needed: bool = False) -> None:
+        super().__init__(message)
+        self.login_needed = login_needed
+
+
+MALFORMED_PREFIX = "Failed to parse the server's response"
+
+
+def _as_error_response(exc: Exception) -> SessionMessage | None:
+    """A parse-error response for the request a malformed response answered, if any.
+
+    Only a JSON object with an ``id`` and no ``method`` is a response; anything
+    else (garbage, a broken request or notification) has no waiter to wake.
+    """
+    if not isinstance(exc, ValidationError):
+        return None
+    for error in exc.errors():
+        found = error.get("input")
+        if isinstance(found, dict) and "method" not in found:
+            req_id = found.get("id")
+            if isinstance(req_id, str | int) and not isinstance(req_id, bool):
+                what = error["msg"] if "result" in found else "it has neither result nor error"
+                if "result" in found and not isinstance(found["result"], dict):
+                    what = "its result is not an object"
+                data = types.ErrorData(code=PARSE_ERROR, message=f"{MALFORMED_PREFIX}: {what}")
+                return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=req_id, error=data))
+    return None
+
 
 class _WatchedReadStream:
-    """The transport's read stream, noting when it ends (the server went away)."""
+    """The transport's read stream, noting when it ends (the server went away) and
+    answering a request at once when its response cannot be parsed."""
 
     def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
         self._inner = inner
@@ -56,6 +93,8 @@ class _WatchedReadStream:
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._on_end()
             raise
+        if isinstance(item, Exception):
+            return _as_error_response(item) or item
         return item
 
     async def aclose(self) -> None:
@@ -87,12 +126,21 @@ class Connection:
     """One live session to one server."""
 
     def __init__(
-        self, reg: Registration, log_path: Path, on_notification: Callable[[Any], None]
+        self,
+        reg: Registration,
+        log_path: Path,
+        on_notification: Callable[[Any], None],
+        elicitation: ElicitationFnT | None = None,
+        token_path: Path | None = None,
     ) -> None:
         self.transport = reg.transport
         self.reg_id = reg.id
         self.log_path = log_path
+        self.token_path = token_path
+        # Set when an HTTP server answered 401 and only `mcp login` can help.
+        self.login_needed = False
         self._on_notification = on_notification
+        self._elicitation = elicitation
         self._stop = asyncio.Event()
         self._ended = False
         self._task: asyncio.Task[None] | None = None
@@ -118,10 +166,12 @@ class Connection:
                 self.session = await asyncio.shield(ready)
         except BaseException as exc:
             await self.close()
+            if self.login_needed and isinstance(exc, Exception):
+                raise ConnectError("the server needs a login", login_needed=True) from None
             if isinstance(exc, TimeoutError):
                 raise ConnectError(f"no answer to initialize within {timeout:g} s") from None
             if isinstance(exc, Exception):
-                raise ConnectError(_describe(exc)) from exc
+                raise ConnectError(describe_error(exc)) from exc
             raise
         return self.session
 
@@ -137,7 +187,12 @@ class Connection:
                 read, write = await self._open(stack)
                 watched = _WatchedReadStream(read, self.mark_dead)
                 session = await stack.enter_async_context(
-                    ClientSession(watched, write, message_handler=self._message)
+                    ClientSession(
+                        watched,
+                        write,
+                        message_handler=self._message,
+                        elicitation_callback=self._elicitation,
+                    )
                 )
                 await session.initialize()
                 ready.set_result(session)
@@ -159,10 +214,10 @@ class Connection:
     async def _open(self, stack: AsyncExitStack) -> tuple[Any, Any]:
         transport = self.transport
         if isinstance(transport, StdioTransport):
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            errlog = stack.enter_context(open(self.log_path, "a", encoding="utf-8"))  # noqa: SIM115
-            errlog.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {transport.command}\n")
-            errlog.flush()
+            header = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {transport.command}\n"
+            pipe = StderrPipe(self.log_path, header)
+            stack.callback(pipe.close)
+            errlog = pipe.writer
             params = StdioServerParameters(
                 command=transport.command,
                 args=list(transport.args),
@@ -172,12 +227,22 @@ class Connection:
             streams = await stack.enter_async_context(stdio_client(params, errlog=errlog))
             return streams[0], streams[1]
         assert isinstance(transport, HttpTransport)
-        client = create_mcp_http_client(headers=dict(transport.headers) or None)
+        auth = None
+        if self.token_path is not None:
+            auth = run_auth(transport.url, FileTokenStorage(self.token_path), self._needs_login)
+        client = create_mcp_http_client(headers=dict(transport.headers) or None, auth=auth)
         await stack.enter_async_context(client)
         streams = await stack.enter_async_context(
             streamable_http_client(transport.url, http_client=client)
         )
         return streams[0], streams[1]
+
+    def _needs_login(self) -> None:
+        """The server refused our token (or we have none): stop, so a waiting call
+        is answered at once instead of at its timeout."""
+        self.login_needed = True
+        self._ended = True
+        self._stop.set()
 
     async def close(self) -> None:
         self._stop.set()
@@ -195,9 +260,10 @@ class Connection:
             log.debug("mcp %s: error while closing", self.reg_id, exc_info=True)
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
+    """An exception's message, the messages of a group's members joined."""
     if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(e) for e in exc.exceptions)
+        return "; ".join(describe_error(e) for e in exc.exceptions)
     text = str(exc) or type(exc).__name__
     return text
 
@@ -205,12 +271,19 @@ def _describe(exc: BaseException) -> str:
 class ConnectionPool:
     """The live connections of one manager, by registration id."""
 
-    def __init__(self, log_path: Callable[[str], Path]) -> None:
+    def __init__(
+        self,
+        log_path: Callable[[str], Path],
+        token_path: Callable[[str], Path] | None = None,
+    ) -> None:
         self._log_path = log_path
+        self._token_path = token_path
         self._connections: dict[str, Connection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._crashes: dict[str, tuple[int, float]] = {}  # id → (consecutive, monotonic time)
         self.on_notification: Callable[[str, Any], None] = lambda reg_id, message: None
+        # The answer to a server's elicitation request, per registration id.
+        self.elicitation: Callable[[str], ElicitationFnT | None] = lambda reg_id: None
 
     def current(self, reg_id: str) -> Connection | None:
         conn = self._connections.get(reg_id)
@@ -232,7 +305,13 @@ class ConnectionPool:
                 self._connections.pop(reg.id, None)
                 await conn.close()
             await self._backoff(reg.id)
-            fresh = Connection(reg, self._log_path(reg.id), partial(self._notify, reg.id))
+            fresh = Connection(
+                reg,
+                self._log_path(reg.id),
+                partial(self._notify, reg.id),
+                self.elicitation(reg.id),
+                self._token_path(reg.id) if self._token_path is not None else None,
+            )
             try:
                 await fresh.start(reg.timeouts.connect_seconds)
             except ConnectError:

@@ -18,14 +18,26 @@ from types import TracebackType
 from typing import Any, Self
 
 from mcp import MCPError, types
-from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+from mcp.client.session import ElicitationFnT
+from mcp_types import CONNECTION_CLOSED, PARSE_ERROR
 from pydantic import ValidationError
 
 from tavern_agent.core.descriptors import Scene, ToolDescriptor
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.ids import ToolId, ToolKind
-from tavern_agent.mcp.approval import ApprovalRequest, Approver, policy_approver
-from tavern_agent.mcp.connections import ConnectError, Connection, ConnectionPool
+from tavern_agent.mcp.approval import (
+    ApprovalRequest,
+    Approver,
+    policy_approver,
+    schema_defaults,
+)
+from tavern_agent.mcp.connections import (
+    MALFORMED_PREFIX,
+    ConnectError,
+    Connection,
+    ConnectionPool,
+)
+from tavern_agent.mcp.logs import capture_sdk_logs
 from tavern_agent.mcp.registrations import (
     DiscoveredCatalog,
     DiscoveredTool,
@@ -46,6 +58,18 @@ MAX_LIST_PAGES = 1_000
 DESCRIPTION_CHARS = 2_000
 
 
+def _connection_lost(exc: MCPError, conn: Connection) -> bool:
+    """Whether the SDK itself reported the connection gone, rather than the server
+    answering with an error that happens to use the same code (-32000 is also the
+    generic JSON-RPC server error). The SDK's own report has no data and comes
+    when the transport has ended or its writes fail."""
+    if exc.error.code != CONNECTION_CLOSED:
+        return False
+    if not conn.alive:
+        return True
+    return exc.error.message == "Connection closed" and exc.error.data is None
+
+
 def _fail(code: ErrorCode, message: str, raw: Any = None) -> ExternalReceipt:
     return ExternalReceipt(content=message, is_error=True, error_code=code, raw=raw)
 
@@ -63,9 +87,12 @@ class McpManager:
         self.store = RegistrationStore(data_dir)
         self.approver = approver or policy_approver("decline")
         self.result_files = result_files
-        self.pool = ConnectionPool(self.store.log_path)
+        self.pool = ConnectionPool(self.store.log_path, self.store.oauth_path)
+        capture_sdk_logs(self.store.logs_dir / "sdk.log")
         self.pool.on_notification = self._notified
+        self.pool.elicitation = self._elicitation
         self._refreshes: set[asyncio.Task[None]] = set()
+        self._reported: set[str] = set()  # broken registration diagnostics already logged
 
     async def __aenter__(self) -> Self:
         return self
@@ -94,6 +121,10 @@ class McpManager:
         try:
             conn = await self.pool.get(reg)
         except ConnectError as exc:
+            if exc.login_needed:
+                raise RegistrationError(
+                    f"{reg.id}: the server needs a login; run `tavern-agent mcp login {reg.id}`"
+                ) from None
             raise RegistrationError(f"{reg.id}: could not connect: {exc}") from None
         return await self._list_and_store(reg, conn)
 
@@ -153,11 +184,50 @@ class McpManager:
         except Exception:  # a failed refresh keeps the old cache
             log.warning("mcp %s: refresh after tools/list_changed failed", reg_id, exc_info=True)
 
+    # ------------------------------------------------------------ elicitation
+
+    def _elicitation(self, reg_id: str) -> ElicitationFnT:
+        async def answer(
+            context: Any, params: types.ElicitRequestParams
+        ) -> types.ElicitResult | types.ErrorData:
+            return await self.elicit(reg_id, params)
+
+        return answer
+
+    async def elicit(self, reg_id: str, params: types.ElicitRequestParams) -> types.ElicitResult:
+        """A server's request for input, put to the same approver as ``ask`` calls.
+
+        Form mode proposes the schema's defaults; an approver that says yes may
+        have edited them, and defaults still fill any field left out. URL mode
+        asks whether the person opened the URL. Without a yes: ``decline``.
+        """
+        reg = self.store.get(reg_id)
+        server = reg.display_name if reg is not None else reg_id
+        if isinstance(params, types.ElicitRequestURLParams):
+            request = ApprovalRequest(
+                reg_id, server, "elicitation", server, {"url": params.url},
+                kind="elicitation", message=f"{params.message} Open: {params.url}",
+            )  # fmt: skip
+            accepted = await self.approver(request)
+            return types.ElicitResult(action="accept" if accepted else "decline")
+        schema = dict(params.requested_schema)
+        defaults = schema_defaults(schema)
+        request = ApprovalRequest(
+            reg_id, server, "elicitation", server, dict(defaults),
+            kind="elicitation", message=params.message, schema=schema,
+        )  # fmt: skip
+        if not await self.approver(request):
+            return types.ElicitResult(action="decline")
+        return types.ElicitResult(action="accept", content=defaults | request.arguments)
+
     # ------------------------------------------------------------ catalog port
 
     def catalog(self, scene: Scene) -> Sequence[ToolDescriptor]:
         found: list[ToolDescriptor] = []
-        for reg in self.store.all():
+        regs, broken = self.store.scan()
+        for bad in broken:
+            self._report(bad.diagnostic)
+        for reg in regs:
             if reg.state != "active":
                 continue
             cached = self.store.catalog(reg.id)
@@ -176,6 +246,12 @@ class McpManager:
                 )
         return found
 
+    def _report(self, diagnostic: str) -> None:
+        """Log a broken registration once per manager, so a listing is not flooded."""
+        if diagnostic not in self._reported:
+            self._reported.add(diagnostic)
+            log.warning("%s", diagnostic)
+
     def availability(self, tool_id: ToolId) -> str | None:
         """Always ``None``: permission is checked in :meth:`invoke`, right before sending,
         so a refused call reaches the model as ``mcp.permission_denied``."""
@@ -192,8 +268,12 @@ class McpManager:
         try:
             reg = self.store.get(tool_id.source)
         except RegistrationError as exc:
-            log.warning("mcp: unreadable registration: %s", exc)
-            reg = None
+            self._report(str(exc))
+            return _fail(
+                ErrorCode.MCP_SERVER_UNAVAILABLE,
+                f"{name} is unavailable: the registration file of its MCP server is broken. "
+                f"{not_sent}; do without it.",
+            )
         if reg is None:
             return _fail(
                 ErrorCode.MCP_PERMISSION_DENIED,
@@ -228,6 +308,8 @@ class McpManager:
         try:
             conn = await self.pool.get(reg)
         except ConnectError as exc:
+            if exc.login_needed:
+                return self._login_required(reg, name)
             return _fail(
                 ErrorCode.MCP_SERVER_UNAVAILABLE,
                 f"{name} could not reach its MCP server ({exc}). {not_sent}; "
@@ -253,11 +335,18 @@ class McpManager:
             async with asyncio.timeout(seconds):
                 result = await conn.session.call_tool(tool, arguments)
         except MCPError as exc:
-            if exc.error.code == REQUEST_TIMEOUT:
-                return self._unknown(name, f"got no answer within {seconds:g} s", unknown, exc)
-            if exc.error.code == CONNECTION_CLOSED:
+            if conn.login_needed:
+                return self._login_required(reg, name)
+            if _connection_lost(exc, conn):
                 conn.mark_dead()
                 return self._unknown(name, "lost its server connection mid-call", unknown, exc)
+            if exc.error.code == PARSE_ERROR and exc.error.message.startswith(MALFORMED_PREFIX):
+                return _fail(
+                    ErrorCode.MCP_UNSUPPORTED_RESPONSE,
+                    f"{name} sent a reply that is not a valid tool result "
+                    f"({exc.error.message}). It may have run; check before repeating it.",
+                    raw=exc.error.model_dump(mode="json"),
+                )
             return _fail(
                 ErrorCode.MCP_SERVER_ERROR,
                 f"{name} failed on the MCP server: {exc.error.message} "
@@ -265,6 +354,8 @@ class McpManager:
                 raw=exc.error.model_dump(mode="json"),
             )
         except TimeoutError as exc:
+            if conn.login_needed:
+                return self._login_required(reg, name)
             return self._unknown(name, f"got no answer within {seconds:g} s", unknown, exc)
         except (ValidationError, RuntimeError) as exc:
             detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
@@ -273,6 +364,8 @@ class McpManager:
                 f"{name} sent a reply that is not a valid tool result ({detail}).",
             )
         except Exception as exc:  # transport failures after sending: the outcome is unknown
+            if conn.login_needed:
+                return self._login_required(reg, name)
             log.warning("mcp %s: call to %s failed", reg.id, tool, exc_info=True)
             conn.mark_dead()
             return self._unknown(name, "lost its server connection mid-call", unknown, exc)
@@ -283,6 +376,14 @@ class McpManager:
             context.result_files or self.result_files,
             server=reg.display_name,
             tool=name,
+        )
+
+    def _login_required(self, reg: Registration, name: str) -> ExternalReceipt:
+        return _fail(
+            ErrorCode.MCP_LOGIN_REQUIRED,
+            f"{name} is unavailable: its MCP server {reg.display_name} needs a login "
+            "(none yet, or it was revoked). The call was not sent; ask the person to run "
+            f"`tavern-agent mcp login {reg.id}`, or do without it.",
         )
 
     def _unknown(self, name: str, what: str, advice: str, exc: BaseException) -> ExternalReceipt:

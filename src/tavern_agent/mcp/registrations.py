@@ -6,6 +6,10 @@ transport (stdio or Streamable HTTP), state, per-tool permissions and timeouts.
 with the time it was taken. A tool without a permission entry is ``off``.
 Every write is atomic; reads are cached by file identity, so reloading a
 registration right before a call costs one ``stat``.
+
+A registration file that cannot be used (not JSON, a bad value, or keys from a
+newer version of tavern-agent) is skipped, never rewritten: ``broken()`` names
+each with its problem, and ``remove`` deletes it by file name.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import os
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -165,6 +170,22 @@ def validate_tool(name: Any, schema: Any) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class BrokenRegistration:
+    """A registration file that was skipped, and why."""
+
+    id: str
+    path: Path
+    problem: str
+
+    @property
+    def diagnostic(self) -> str:
+        return (
+            f"MCP registration {self.path.name} skipped: {self.problem}. Fix the file, "
+            f"or delete it with `tavern-agent mcp remove {self.id}`."
+        )
+
+
 class _Cached:
     __slots__ = ("key", "value")
 
@@ -181,6 +202,7 @@ class RegistrationStore:
         self.registrations_dir = self.root / "registrations"
         self.catalog_dir = self.root / "catalog"
         self.logs_dir = self.root / "logs"
+        self.oauth_dir = self.root / "oauth"
         self._cache: dict[Path, _Cached] = {}
 
     # ------------------------------------------------------------ reading
@@ -200,31 +222,66 @@ class RegistrationStore:
         except FileNotFoundError:
             return None
         except ValidationError as exc:
-            raise RegistrationError(f"{path}: {_first_error(exc)}") from None
+            raise RegistrationError(describe_invalid(exc)) from None
         self._cache[path] = _Cached(key, value)
         return value
 
     def get(self, reg_id: str) -> Registration | None:
-        """The registration as it is on disk now (re-read only when the file changed)."""
+        """The registration as it is on disk now (re-read only when the file changed).
+
+        Raises :class:`RegistrationError` naming the file when it cannot be used.
+        """
         if not _ID.fullmatch(reg_id):
             return None
-        reg: Registration | None = self._read(
-            self.registrations_dir / f"{reg_id}.json", Registration
-        )
+        path = self.registrations_dir / f"{reg_id}.json"
+        try:
+            reg: Registration | None = self._read(path, Registration)
+        except RegistrationError as exc:
+            raise RegistrationError(BrokenRegistration(reg_id, path, str(exc)).diagnostic) from None
+        if reg is not None and reg.id != reg_id:
+            problem = f"its id {reg.id!r} does not match the file name"
+            raise RegistrationError(BrokenRegistration(reg_id, path, problem).diagnostic)
         return reg
 
-    def all(self) -> list[Registration]:
+    def scan(self) -> tuple[list[Registration], list[BrokenRegistration]]:
+        """Every usable registration, and every file that was skipped with its problem."""
         if not self.registrations_dir.is_dir():
-            return []
-        found = []
+            return [], []
+        found: list[Registration] = []
+        broken: list[BrokenRegistration] = []
         for path in sorted(self.registrations_dir.glob("*.json")):
-            reg = self.get(path.stem)
-            if reg is not None:
-                found.append(reg)
-        return found
+            if not _ID.fullmatch(path.stem):
+                problem = "the file name is not a registration id (letters, digits, _ . -)"
+                broken.append(BrokenRegistration(path.stem, path, problem))
+                continue
+            try:
+                reg = self._read(path, Registration)
+            except RegistrationError as exc:
+                broken.append(BrokenRegistration(path.stem, path, str(exc)))
+                continue
+            if reg is None:
+                continue
+            if reg.id != path.stem:
+                problem = f"its id {reg.id!r} does not match the file name"
+                broken.append(BrokenRegistration(path.stem, path, problem))
+                continue
+            found.append(reg)
+        return found, broken
+
+    def all(self) -> list[Registration]:
+        """Every usable registration (broken files are skipped; see :meth:`broken`)."""
+        return self.scan()[0]
+
+    def broken(self) -> list[BrokenRegistration]:
+        """Registration files that cannot be used, each with its problem."""
+        return self.scan()[1]
 
     def find(self, ref: str) -> Registration:
-        """A registration by id, else by display name (case-insensitive)."""
+        """A registration by id, else by display name (case-insensitive).
+
+        Raises :class:`RegistrationError` when none matches, several do, or the
+        file ``ref`` names is broken (the message says why and how to remove it).
+        """
         reg = self.get(ref)
         if reg is not None:
             return reg
@@ -238,9 +295,14 @@ class RegistrationStore:
         raise RegistrationError(f"no MCP server {ref!r} (known: {known})")
 
     def catalog(self, reg_id: str) -> DiscoveredCatalog | None:
-        found: DiscoveredCatalog | None = self._read(
-            self.catalog_dir / f"{reg_id}.json", DiscoveredCatalog
-        )
+        """The cached discovery; ``None`` when there is none or it cannot be read
+        (it is only a cache: the next ``mcp discover`` rewrites it)."""
+        try:
+            found: DiscoveredCatalog | None = self._read(
+                self.catalog_dir / f"{reg_id}.json", DiscoveredCatalog
+            )
+        except RegistrationError:
+            return None
         return found
 
     # ------------------------------------------------------------ writing
@@ -262,10 +324,14 @@ class RegistrationStore:
         atomic_write(self.catalog_dir / f"{reg_id}.json", data.encode())
 
     def remove(self, reg_id: str) -> bool:
+        """Delete the registration file named ``reg_id`` (usable or not) and its catalog."""
+        if not reg_id or "/" in reg_id or "\\" in reg_id or reg_id.startswith("."):
+            return False
         removed = False
         for path in (
             self.registrations_dir / f"{reg_id}.json",
             self.catalog_dir / f"{reg_id}.json",
+            self.oauth_path(reg_id),
         ):
             try:
                 path.unlink()
@@ -278,11 +344,28 @@ class RegistrationStore:
     def log_path(self, reg_id: str) -> Path:
         return self.logs_dir / f"{reg_id}.log"
 
+    def oauth_path(self, reg_id: str) -> Path:
+        """The OAuth client registration and tokens of an HTTP server (mode 0600)."""
+        return self.oauth_dir / f"{reg_id}.json"
+
 
 def _first_error(exc: ValidationError) -> str:
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or "(root)"
     return f"{where}: {first['msg']}"
+
+
+def describe_invalid(exc: ValidationError) -> str:
+    """Why a stored file failed validation, in words a person can act on."""
+    errors = exc.errors()
+    first = errors[0]
+    if first["type"] == "json_invalid":
+        return f"not valid JSON ({first['msg'].removeprefix('Invalid JSON: ')})"
+    unknown = [".".join(str(p) for p in e["loc"]) for e in errors if e["type"] == "extra_forbidden"]
+    if unknown:
+        keys = ", ".join(unknown[:5])
+        return f"unknown keys {keys} (written by a newer version of tavern-agent?)"
+    return _first_error(exc)
 
 
 def parse_registration(data: Any) -> Registration:

@@ -5,6 +5,9 @@ rendered briefly under "Details" unless the text already says the same;
 images, audio and embedded resources saved as files under ``tool-results/``
 and returned as resource refs; resource links listed by URI. Long text is left
 to the shared long-result step.
+
+A result larger than ``MAX_RESULT_BYTES`` (4 MiB, counting text as UTF-8 and
+binary blocks decoded) is cut to that size first, and its text says so.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.results import ResultFiles
 
 DETAILS_CHARS = 1_500
+MAX_RESULT_BYTES = 4 * 1024 * 1024
 _EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "text/plain": ".txt"}
 
 
@@ -79,6 +83,56 @@ def _says_the_same(texts: list[str], structured: Any) -> bool:
     return False
 
 
+def _block_bytes(block: Any) -> int:
+    if isinstance(block, types.TextContent):
+        return len(block.text.encode("utf-8", "surrogatepass"))
+    if isinstance(block, types.ImageContent | types.AudioContent):
+        return len(block.data) * 3 // 4
+    if isinstance(block, types.EmbeddedResource):
+        res = block.resource
+        if isinstance(res, types.TextResourceContents):
+            return len(res.text.encode("utf-8", "surrogatepass"))
+        return len(res.blob) * 3 // 4
+    return len(block.model_dump_json())
+
+
+def _cut_text(text: str, limit: int) -> str:
+    """The longest prefix of ``text`` whose UTF-8 form fits ``limit`` bytes."""
+    return text.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", "ignore")
+
+
+def cap_result(result: types.CallToolResult) -> tuple[types.CallToolResult, str | None]:
+    """``result`` cut to ``MAX_RESULT_BYTES``, and a note saying what was cut (or ``None``)."""
+    sizes = [_block_bytes(b) for b in result.content]
+    structured = result.structured_content
+    structured_size = len(json.dumps(structured, ensure_ascii=False)) if structured else 0
+    total = sum(sizes) + structured_size
+    if total <= MAX_RESULT_BYTES:
+        return result, None
+    room = MAX_RESULT_BYTES
+    kept: list[Any] = []
+    dropped = 0
+    for block, size in zip(result.content, sizes, strict=True):
+        if size <= room:
+            kept.append(block)
+            room -= size
+        elif isinstance(block, types.TextContent) and room > 0:
+            kept.append(block.model_copy(update={"text": _cut_text(block.text, room)}))
+            room = 0
+        else:
+            dropped += 1
+    if structured_size > room:
+        structured, dropped = None, dropped + 1
+    note = (
+        f"[The MCP server sent {total / 2**20:.1f} MiB; results are capped at 4 MiB, "
+        "so the end of this one was cut"
+        + (f" ({dropped} part{'s' if dropped != 1 else ''} left out)" if dropped else "")
+        + ". Ask the tool for less, e.g. a page or a range.]"
+    )
+    capped = result.model_copy(update={"content": kept, "structured_content": structured})
+    return capped, note
+
+
 def convert_result(
     result: types.CallToolResult,
     ctx: CallContext,
@@ -90,6 +144,9 @@ def convert_result(
     texts: list[str] = []
     parts: list[str] = []
     refs: list[str] = []
+    result, cap_note = cap_result(result)
+    if cap_note is not None:
+        parts.append(cap_note)
     for index, block in enumerate(result.content, start=1):
         if isinstance(block, types.TextContent):
             texts.append(block.text)

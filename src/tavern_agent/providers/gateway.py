@@ -35,7 +35,9 @@ from typing import Any, Protocol
 import httpx
 
 from tavern_agent import run_layout
+from tavern_agent.core import json_input
 from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.core.redact import Redactor, url_secrets, url_without_userinfo
 from tavern_agent.providers.registry import codec_for
 from tavern_agent.providers.transcript import (
     AssistantMessage,
@@ -137,11 +139,14 @@ class ReplayGateway:
             what = f"round {request.round} of delegated child {request.child + 1}"
         else:
             raise ModelError(f"the recording started only {len(self.children)} delegated children")
+        path = self.run_dir / ref
         try:
-            data = json.loads((self.run_dir / ref).read_text(encoding="utf-8"))
+            return reply_from_json(json_input.loads(path.read_bytes()))
         except FileNotFoundError:
             raise ModelError(f"the recording has no response for {what}") from None
-        return reply_from_json(data)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            why = json_input.describe(exc)
+            raise ModelError(f"{path}: not a recorded response: {why}") from None
 
     async def aclose(self) -> None:
         return None
@@ -188,11 +193,16 @@ class ModelConfig:
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
 
+    def redactor(self) -> Redactor:
+        """Masks the API key and the base URL's user-info wherever they appear."""
+        return Redactor([self.api_key(), *url_secrets(self.base_url)])
+
     def to_json(self) -> dict[str, Any]:
+        """The record of how the model was reached: no key, no URL user-info."""
         return {
             "protocol": self.protocol.value,
             "model": self.model,
-            "baseUrl": self.base_url,
+            "baseUrl": url_without_userinfo(self.base_url),
             "apiKeyEnv": self.api_key_env,
         }
 
@@ -297,6 +307,19 @@ class HttpGateway:
         self.client = client or httpx.AsyncClient(timeout=timeout)
 
     async def respond(self, request: ModelRequest) -> ModelReply:
+        """The model's reply, or :class:`ModelError`; neither carries the key or URL user-info.
+
+        Providers echo what they were sent (a 401 body, an error event), so
+        everything leaving the gateway is redacted before anyone stores or prints it.
+        """
+        redactor = self.config.redactor()
+        try:
+            reply = await self._respond(request)
+        except ModelError as exc:
+            raise ModelError(redactor.text(str(exc)), status=exc.status) from None
+        return _redacted_reply(reply, redactor)
+
+    async def _respond(self, request: ModelRequest) -> ModelReply:
         config = self.config
         body = self.codec.build_request(
             config.model, request.transcript, request.snapshot, max_tokens=config.max_tokens
@@ -364,6 +387,18 @@ class HttpGateway:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def _redacted_reply(reply: ModelReply, redactor: Redactor) -> ModelReply:
+    message = Transcript((reply.response.message,)).to_json()["items"][0]
+    decoded = reply.response
+    record = [message, decoded.raw_finish, dict(decoded.usage), reply.raw]
+    if not redactor.holds_secret(record):
+        return reply
+    message, raw_finish, usage, raw = redactor.value(record)
+    item = Transcript.from_json({"items": [message]}).items[0]
+    assert isinstance(item, AssistantMessage)
+    return ModelReply(DecodedResponse(item, raw_finish, usage), raw, reply.attempts)
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -170,12 +170,31 @@ def _section(title: str, value: Any) -> str:
     return f"## {title}\n{body}"
 
 
+_TASK_FIELDS = (("context", "Context"), ("expectedOutput", "Expected output"))
+_HANDOFF_FIELDS = (
+    ("reason", "Why you"),
+    ("contextSummary", "Context"),
+    ("workspaceRefs", "Workspace files"),
+    ("mustPreserve", "Must preserve"),
+    ("completionCriteria", "Done when"),
+)
+_NOT_EXTRA = frozenset({"objective", "title", "pendingTaskPolicy"})
+
+
+def _brief_sections(brief: Mapping[str, Any], fields: Sequence[tuple[str, str]]) -> list[str]:
+    """The named fields in order, then every other key under "Additional Instructions"."""
+    parts = [_section(title, brief[name]) for name, title in fields if brief.get(name)]
+    named = _NOT_EXTRA | {name for name, _ in fields}
+    extra = [f"- {k}: {v}" for k, v in brief.items() if k not in named and v not in (None, "")]
+    if extra:
+        parts.append("## Additional Instructions\n" + "\n".join(extra))
+    return parts
+
+
 def task_brief(task: Mapping[str, Any], key: str, scene: Scene) -> str:
     heading = task.get("title") or "Task"
     parts = [f"# {heading}", _section("Objective", task["objective"])]
-    for field_name, title in (("context", "Context"), ("expectedOutput", "Expected output")):
-        if task.get(field_name):
-            parts.append(_section(title, task[field_name]))
+    parts.extend(_brief_sections(task, _TASK_FIELDS))
     parts.append(f"Your result will be saved as {summary_path(scene, key)}.")
     return "\n\n".join(parts)
 
@@ -183,15 +202,7 @@ def task_brief(task: Mapping[str, Any], key: str, scene: Scene) -> str:
 def handoff_brief(caller: str, brief: Mapping[str, Any], commits: int) -> str:
     heading = brief.get("title") or "Handoff"
     parts = [f"# {heading} (from agent {caller})", _section("Objective", brief["objective"])]
-    for field_name, title in (
-        ("reason", "Why you"),
-        ("contextSummary", "Context"),
-        ("workspaceRefs", "Workspace files"),
-        ("mustPreserve", "Must preserve"),
-        ("completionCriteria", "Done when"),
-    ):
-        if brief.get(field_name):
-            parts.append(_section(title, brief[field_name]))
+    parts.extend(_brief_sections(brief, _HANDOFF_FIELDS))
     parts.append(
         f"The run continues with you: the chat and workspace are as {caller} left them "
         f"({commits} commit(s) so far)."
@@ -631,7 +642,7 @@ class AgentTasks:
         inv_id = f"inv_{secrets.token_hex(6)}"
         snapshot = run.assembly.snapshot(target, run.scene, run.protocol, inv_id)
         snapshot.save(run.run_dir / run_layout.snapshot_file(inv_id))
-        character = run.chat.chat().character_name if run.chat is not None else ""
+        character = run.chat.input.character if run.chat is not None else ""
         system = system_prompt(target, snapshot, character)
         listing = directory(self.source, target, snapshot)
         if listing:

@@ -13,7 +13,6 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from tavern_agent import run_layout
@@ -22,14 +21,14 @@ from tavern_agent.chat.formats import (
     CharacterCard,
     ChatFormatError,
     WorldBook,
-    parse_card,
     parse_chat,
-    parse_world,
 )
 from tavern_agent.cli_options import mcp_ask_option
 from tavern_agent.config import resolve_profile
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
+from tavern_agent.core.redact import MASK
+from tavern_agent.inputs import InputError, load_card, load_world
 from tavern_agent.mcp.approval import approver_for
 from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ModelGateway, ReplayGateway
 from tavern_agent.runtime.journal import Event, read_events
@@ -42,6 +41,7 @@ from tavern_agent.runtime.run import (
     all_runs,
     find_run,
 )
+from tavern_agent.terminal import markup
 from tavern_agent.workspace.layout import DataRoot
 
 BASE_URL_ENV = "TAVERN_AGENT_BASE_URL"
@@ -68,24 +68,26 @@ class Progress:
         out = self.console.print
         clock = f"[dim]{time.monotonic() - self.started:6.2f}s[/]"
         if kind == "run_started":
-            out(f"[bold]run[/] {event['runId']}  scene {p['scene']}  profile {p['profileId']}")
+            what = f"{event['runId']}  scene {p['scene']}  profile {p['profileId']}"
+            out(f"[bold]run[/] {markup(what)}")
         elif kind == "run_resumed":
             unknown = ", ".join(p.get("outcomeUnknown") or []) or "none"
-            out(f"[bold]resumed[/] after round {p['rounds']}; outcome unknown: {unknown}")
+            out(f"[bold]resumed[/] after round {p['rounds']}; outcome unknown: {markup(unknown)}")
         elif kind == "model_response_stored":
             text = p["message"].get("text") or ""
-            said = f"  [italic]{escape(_short(text, 70))}[/]" if text.strip() else ""
+            said = f"  [italic]{markup(_short(text, 70))}[/]" if text.strip() else ""
             out(f"{clock} [bold cyan]round {p['round']}[/] {p['calls']} call(s){said}")
         elif kind == "tool_call_requested":
             self.args[p["callId"]] = self._arguments(p.get("argumentsRef"))
         elif kind in ("tool_call_completed", "tool_call_failed"):
-            args = escape(self.args.get(p["callId"], ""))
-            name = escape(str(p.get("name")))
+            args = markup(self.args.get(p["callId"], ""))
+            name = markup(str(p.get("name")))
             if kind == "tool_call_failed":
                 code = p.get("errorCode")
-                out(f"{clock}   [red]✗ {name}[/] {args} → [red]{code}[/]: {escape(p['message'])}")
+                code = markup(str(code))
+                out(f"{clock}   [red]✗ {name}[/] {args} → [red]{code}[/]: {markup(p['message'])}")
             else:
-                msg = escape(_short(p["message"], 80))
+                msg = markup(_short(p["message"], 80))
                 out(f"{clock}   [green]✓ {name}[/] {args} → {msg}")
         elif kind == "commit_confirmed":
             out(f"{clock}   [magenta]⇢ chat floor {p.get('floor')} updated[/]")
@@ -96,7 +98,7 @@ class Progress:
         elif kind in TERMINAL:
             style = "green" if kind == "run_completed" else "red"
             why = f": {p.get('errorCode')} {p.get('message', '')}" if p.get("errorCode") else ""
-            out(f"{clock} [bold {style}]{TERMINAL[kind]}[/]{escape(why)}")
+            out(f"{clock} [bold {style}]{TERMINAL[kind]}[/]{markup(why)}")
 
     def _arguments(self, ref: str | None) -> str:
         if not ref:
@@ -120,8 +122,13 @@ def _gateway(
         if record.get("kind") == "replay":
             replay = Path(record["dir"])
         elif record.get("kind") == "http":
-            model, base_url = record["model"], record["baseUrl"]
+            model, base_url = record["model"], base_url or record["baseUrl"]
             protocol, api_key_env = record["protocol"], record.get("apiKeyEnv") or api_key_env
+            if f"{MASK}@" in base_url:
+                raise click.UsageError(
+                    "the run's base URL held credentials, which are never stored: "
+                    "resume with --base-url URL"
+                )
     if replay is not None:
         try:
             gateway = ReplayGateway(replay)
@@ -143,9 +150,9 @@ def _load_inputs(
     character: Path | None, worlds: Sequence[Path]
 ) -> tuple[CharacterCard | None, tuple[WorldBook, ...]]:
     try:
-        card = parse_card(character.read_bytes()) if character is not None else None
-        books = tuple(parse_world(p.read_bytes(), p.stem) for p in worlds)
-    except (ChatFormatError, ValueError) as exc:
+        card = load_card(character) if character is not None else None
+        books = tuple(load_world(p) for p in worlds)
+    except InputError as exc:
         raise click.UsageError(str(exc)) from None
     return card, books
 
@@ -313,10 +320,10 @@ def run_command(
     else:
         if message is not None:
             console.print(f"\n[bold]Committed message (floor {result.floor}):[/]")
-            console.print(escape(message))
+            console.print(markup(message))
         elif result.final_text:
-            console.print(escape(result.final_text))
-        console.print(f"[dim]run folder: {run.run_dir}[/]")
+            console.print(markup(result.final_text))
+        console.print(f"[dim]run folder: {markup(str(run.run_dir))}[/]")
     if result.status not in ("completed", "partial_success"):
         sys.exit(1)
 
@@ -364,13 +371,13 @@ def runs_list(ctx: click.Context, as_json: bool) -> None:
         where = Path(r["chatFile"]).name if r["chatFile"] else (r["session"] or "")
         style = "" if r["status"] == "completed" else "red"
         table.add_row(
-            r["runId"],
-            r["scene"],
+            markup(r["runId"]),
+            markup(r["scene"]),
             f"[{style}]{r['status']}[/]" if style else r["status"],
             str(r["rounds"] or ""),
             str(r["commits"] or ""),
-            r["createdAt"] or "",
-            where,
+            markup(r["createdAt"] or ""),
+            markup(where),
         )
     Console(highlight=False).print(table if rows else "(no runs)")
 
@@ -394,7 +401,8 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 
 def show_timeline(console: Console, run_dir: Path, events: list[Event]) -> None:
     summary = _summary(run_dir)
-    console.print(f"[bold]{summary['runId']}[/]  {summary['scene']}  {summary['status']}")
+    head = markup(f"{summary['runId']}  {summary['scene']}  {summary['status']}")
+    console.print(f"[bold]{head}[/]")
     t0 = events[0]["timestamp"] if events else ""
     depth: dict[str, int] = {}  # child invocations, nested under their parents
     agent_of: dict[str, str] = {}
@@ -434,6 +442,6 @@ def show_timeline(console: Console, run_dir: Path, events: list[Event]) -> None:
             detail = f"{p['taskId']} {p['agentId']} → {p.get('invocationId')} {p.get('status', '')}"
         elif kind == "handoff_accepted":
             detail = f"to {p['agentId']} ({p['toInvocationId']}, depth {p['depth']})"
-        line = escape(f"{head}  {detail}".rstrip())
+        line = markup(f"{head}  {detail}".rstrip())
         console.print(f"[{style}]{line}[/]" if style else line)
     del t0

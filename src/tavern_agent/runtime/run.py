@@ -171,7 +171,7 @@ class Run:
             _write_json(run_dir / run_layout.PERSIST_FILE, run.persist_base.to_json())
         snapshot = assembly.snapshot(profile, scene, spec.protocol)
         snapshot.save(run_dir / run_layout.snapshot_file(snapshot.id))
-        system = system_prompt(profile, snapshot, chat.character_name if chat else "")
+        system = system_prompt(profile, snapshot, chat_run.input.character if chat_run else "")
         listing = directory(ProfileSource(data.path), profile, snapshot)
         if listing:
             system = f"{system}\n\n{listing}"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +13,13 @@ from pathlib import Path
 from tavern_agent.fsutil import atomic_write
 
 _HASHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-sha")
+_CHUNK = 1 << 20
+# A file whose status changed this recently may change again within the filesystem's
+# timestamp granularity, unseen by a status compare: such files are read whole instead.
+SETTLED_SECONDS = 1.0
+# The digest of a file that changed while it was hashed: equal to no file's sha256, so the
+# next write or patch finds the file "changed since you read it" and asks for a new read.
+CHANGED_WHILE_READ = "changed-while-read"
 
 
 @dataclass(slots=True)
@@ -38,9 +47,47 @@ class ReadState:
         digest: str | Future[str] = _HASHER.submit(_sha256, data) if background else _sha256(data)
         return cls(digest, full, text)
 
+    @classmethod
+    def of_open_file(cls, fd: int, before: os.stat_result, text: str) -> ReadState:
+        """The state of a partial read of the file open as ``fd`` (a duplicate is taken).
+
+        Only part of the file was read, so the file is hashed in the background
+        through its own descriptor. The write rules stay as safe as hashing the
+        bytes read: ``before`` is the status taken before reading; if the status
+        (inode, size, modification and change times) differs once hashing is done,
+        the file changed meanwhile and the digest is :data:`CHANGED_WHILE_READ`.
+        The change time cannot be set back by a program, and :func:`settled` keeps
+        files changed within the timestamp granularity from coming here at all.
+        """
+        return cls(_HASHER.submit(_sha256_of_fd, os.dup(fd), before), False, text)
+
+
+def settled(st: os.stat_result) -> bool:
+    """The file's status last changed long enough ago that a new change shows in it."""
+    return time.time_ns() - st.st_ctime_ns > SETTLED_SECONDS * 1e9
+
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _sha256_of_fd(fd: int, before: os.stat_result) -> str:
+    try:
+        digest, at = hashlib.sha256(), 0
+        while chunk := os.pread(fd, _CHUNK, at):
+            digest.update(chunk)
+            at += len(chunk)
+        if _identity(os.fstat(fd)) != _identity(before) or at != before.st_size:
+            return CHANGED_WHILE_READ
+        return digest.hexdigest()
+    except OSError:
+        return CHANGED_WHILE_READ
+    finally:
+        os.close(fd)
 
 
 def load_reads(path: Path) -> dict[str, ReadState]:

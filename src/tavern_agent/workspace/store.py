@@ -239,6 +239,12 @@ class Workspace:
 
     def read_bytes(self, path: str) -> bytes:
         """The whole file; ``FileNotFoundError`` / ``IsADirectoryError`` as usual."""
+        with self.open_file(path) as fd, os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read()
+
+    @contextlib.contextmanager
+    def open_file(self, path: str) -> Iterator[int]:
+        """A read-only descriptor of the file (closed on exit); errors as :meth:`read_bytes`."""
         folders, name = self._split(path)
         with self._dir(path, folders) as dfd:
             try:
@@ -247,10 +253,12 @@ class Workspace:
                 if exc.errno == errno.ELOOP:
                     raise self._link_error(dfd, name, path) from None
                 raise
-            with os.fdopen(fd, "rb") as handle:
-                if stat.S_ISDIR(os.fstat(handle.fileno()).st_mode):
-                    raise IsADirectoryError(path)
-                return handle.read()
+        try:
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise IsADirectoryError(path)
+            yield fd
+        finally:
+            os.close(fd)
 
     def walk(self, path: str, max_depth: int) -> Iterator[Entry]:
         """Entries below a folder, sorted, depth-first, links skipped."""
@@ -381,15 +389,19 @@ def _read_at_most(fd: int, max_bytes: int) -> bytes | None:
     expected = os.fstat(fd).st_size
     if expected > max_bytes:
         return None
-    chunks: list[bytes] = []
-    size = 0
-    # Ask for one byte more than stat said, so a file that grew is read whole too.
-    while chunk := os.read(fd, max(expected - size, 0) + 1):
+    # Ask for one byte more than stat said: a short read is the end of the file (one
+    # read for the usual file), a full one means it grew, so read on.
+    data = os.read(fd, expected + 1)
+    if len(data) <= expected:
+        return data
+    chunks = [data]
+    size = len(data)
+    while chunk := os.read(fd, 1 << 20):
         chunks.append(chunk)
         size += len(chunk)
         if size > max_bytes:
             return None
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return b"".join(chunks)
 
 
 def _is_link(dir_fd: int, name: str) -> bool:

@@ -19,13 +19,21 @@ from tavern_agent.core.results import (
     TaskReturned,
     ToolOutcome,
 )
+from tavern_agent.tools.builtin.chat import CHAT_ONLY
 from tavern_agent.tools.builtin.registry import Offer, builtin_tool
 from tavern_agent.tools.context import CallContext
 
 AWAIT_MODES = ("nextCompleted", "allCompleted", "statusOnly")
+DEFAULT_MODE = "nextCompleted"
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 300_000
+# Each text field of a task or a handoff brief; longer briefs belong in a workspace file.
+MAX_TEXT = 8_000
 _STR = {"type": "string"}
+_TEXT = {"type": "string", "maxLength": MAX_TEXT}
+# A task or brief is an open object: keys beyond the named ones reach the agent
+# under "Additional Instructions", each as text of at most MAX_TEXT characters.
+_EXTRA = {"type": "string", "maxLength": MAX_TEXT}
 
 
 AWAIT_TOOL = ToolId.builtin("agent.await")
@@ -63,18 +71,19 @@ def describe_handoff(offer: Offer) -> str:
             "task": {
                 "type": "object",
                 "properties": {
-                    "objective": {"type": "string", "description": "What to do, self-contained."},
-                    "title": _STR,
-                    "context": _STR,
-                    "expectedOutput": _STR,
+                    "objective": _TEXT | {"description": "What to do, self-contained."},
+                    "title": _TEXT,
+                    "context": _TEXT,
+                    "expectedOutput": _TEXT,
                 },
                 "required": ["objective"],
-                "additionalProperties": False,
+                "additionalProperties": _EXTRA,
             },
         },
         "required": ["agentId", "task"],
         "additionalProperties": False,
     },
+    scenes=CHAT_ONLY,
     child_drop=True,
 )
 async def DELEGATE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
@@ -97,15 +106,16 @@ async def DELEGATE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
             },
             "timeoutMs": {"type": "integer", "description": "Default 120000, max 300000."},
         },
-        "required": ["mode"],
         "additionalProperties": False,
     },
+    scenes=CHAT_ONLY,
     child_drop=True,
 )
 async def AWAIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     ids = args.get("taskIds")
     timeout = max(0, min(int(args.get("timeoutMs", DEFAULT_TIMEOUT_MS)), MAX_TIMEOUT_MS))
-    effect = AwaitRequested(None if ids is None else tuple(ids), args["mode"], timeout)
+    mode = args.get("mode", DEFAULT_MODE)
+    effect = AwaitRequested(None if ids is None else tuple(ids), mode, timeout)
     return ToolOutcome("", effect=effect)
 
 
@@ -123,21 +133,23 @@ async def AWAIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
             "handoff": {
                 "type": "object",
                 "properties": {
-                    "objective": _STR,
-                    "title": _STR,
-                    "reason": _STR,
-                    "contextSummary": _STR,
+                    "objective": _TEXT,
+                    "title": _TEXT,
+                    "reason": _TEXT,
+                    "contextSummary": _TEXT,
                     "workspaceRefs": {"type": "array", "items": _STR},
                     "mustPreserve": {"type": "array", "items": _STR},
                     "completionCriteria": {"type": "array", "items": _STR},
+                    "pendingTaskPolicy": {"type": "string", "enum": ["denyIfPending"]},
                 },
                 "required": ["objective"],
-                "additionalProperties": False,
+                "additionalProperties": _EXTRA,
             },
         },
         "required": ["agentId", "handoff"],
         "additionalProperties": False,
     },
+    scenes=CHAT_ONLY,
     finishing=True,
     child_drop=True,
 )
@@ -156,7 +168,7 @@ _LIST = {"type": "array", "items": _STR}
         "properties": {
             "summary": {"type": "string", "description": "The result, self-contained."},
             "status": {"type": "string", "enum": ["completed", "failed"]},
-            "confidence": {"type": "number"},
+            "confidence": {"type": "string", "enum": ["low", "medium", "high"]},
             "artifacts": {
                 "type": "array",
                 "items": {

@@ -4,6 +4,16 @@ Patterns are RE2 (what Rust's regex follows), compiled once and run on each
 file's bytes in one call, so a model's pattern can never take exponential
 time. Backreferences and lookaround are not RE2 and come back as
 ``workspace.grep_pattern_invalid`` with the reason.
+
+Speed: a file that cannot match costs one read and one RE2 scan in C; lines,
+line numbers and text are worked out only for files that match. RE2 finds a
+case-sensitive literal with ``memchr`` on its first byte. A case-insensitive
+literal cannot use that, so when it holds characters that have no case
+(digits, ``_``, ``-``, ``.``) the longest such run is searched for first,
+case-sensitively, and only files holding it get the case-insensitive scan.
+The search stays on one thread: RE2's Python binding holds the GIL while it
+scans, and a second thread reading files only adds GIL hand-offs (measured
+in ``benchmarks/search.py``).
 """
 
 from __future__ import annotations
@@ -90,11 +100,24 @@ def _sources(ws: Workspace, scope: str, explicit: bool) -> Iterator[tuple[str, b
 
 
 _META = frozenset(b"\\.^$|?*+()[]{}")
+_FOLD = b"(?i)"
+# Bytes that have no other case under RE2's case folding: ASCII that is not a letter.
+_CASELESS = re2.compile(rb"[\x21-\x40\x5b-\x60\x7b-\x7e][\x20-\x40\x5b-\x60\x7b-\x7e]*")
 
 
-def plain_literal(pattern: bytes) -> bytes | None:
-    """The pattern itself when it is a case-sensitive literal without regex syntax."""
-    return pattern if pattern and not _META.intersection(pattern) else None
+def prefilter(pattern: bytes) -> Any | None:
+    """A case-sensitive RE2 every file matching ``pattern`` also matches, when cheaper.
+
+    Only for a case-insensitive literal (``(?i)`` then plain text): its longest
+    run of caseless characters must appear as written. ``None`` otherwise.
+    """
+    body = pattern.removeprefix(_FOLD)
+    if body is pattern or not body or _META.intersection(body):
+        return None
+    runs = [m.group() for m in _CASELESS.finditer(body)]
+    if not runs:
+        return None
+    return re2.compile(max(runs, key=len), _OPTIONS)
 
 
 def _cut(line: bytes, start: int) -> str:
@@ -114,11 +137,10 @@ def _cut(line: bytes, start: int) -> str:
 def search(ws: Workspace, pattern: Any, scope: str, explicit: bool) -> ToolOutcome:
     hits: list[Hit] = []
     total = files_matched = searched = 0
-    literal = plain_literal(pattern.pattern)
+    cheap = prefilter(pattern.pattern)
     for path, data in _sources(ws, scope, explicit):
         searched += 1
-        # A plain literal is found by bytes.find (memchr speed) before RE2 runs.
-        if literal is not None and literal not in data:
+        if cheap is not None and cheap.search(data) is None:
             continue
         first = pattern.search(data)
         if first is None or b"\0" in data[:8192]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import posixpath
 from dataclasses import dataclass
 from typing import Any
@@ -12,10 +13,11 @@ from tavern_agent.core.results import FileWritten, ToolFailure, ToolOutcome
 from tavern_agent.tools.builtin.registry import builtin_tool
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.texts import find_file_hint, past_the_end
-from tavern_agent.workspace.read_state import ReadState
+from tavern_agent.workspace.read_state import ReadState, settled
 from tavern_agent.workspace.store import Workspace, sha256_hex
 
 FULL_READ_BYTES = 256 * 1024
+HEAD_BYTES = 1024 * 1024  # a larger file's first page is read from this much of it
 MAX_READ_LINES = 1200
 MAX_READ_CHARS = 80_000
 MAX_LINE_CHARS = 2000
@@ -159,6 +161,18 @@ def page_lines(data: bytes, offset: int, limit: int | None) -> Page:
     return Page(offset, offset + len(shown) - 1 if shown else 0, total, shown, cut, replaced)
 
 
+def head_page(head: bytes, offset: int, limit: int | None) -> Page | None:
+    """The page of a file starting with ``head`` when ``head`` alone decides it, else ``None``.
+
+    Only lines that end inside ``head`` count, and the page must stop at a
+    limit before the last of them: then reading more of the file would not
+    change it. ``Page.total`` is the number of lines in ``head``, a lower bound.
+    """
+    complete = head[: head.rfind(b"\n") + 1]
+    page = page_lines(complete, offset, limit)
+    return page if page.lines and page.end < page.total else None
+
+
 @builtin_tool(
     "workspace.read_file",
     description=(
@@ -179,8 +193,45 @@ def page_lines(data: bytes, offset: int, limit: int | None) -> Page:
 async def READ_FILE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     ws = ctx.require_workspace()
     path = ws.check(args["file_path"])
+    offset, limit = args.get("offset"), args.get("limit")
+    head = await asyncio.to_thread(_read_head, ws, path, offset or 1, limit, ctx)
+    if head is not None:
+        return head
     data = await asyncio.to_thread(load_file, ws, path, ctx)
-    return read_outcome(path, data, args.get("offset"), args.get("limit"), ctx)
+    return read_outcome(path, data, offset, limit, ctx)
+
+
+def _read_head(
+    ws: Workspace, path: str, offset: int, limit: int | None, ctx: CallContext
+) -> ToolOutcome | None:
+    """A page of a large file read from its first :data:`HEAD_BYTES` only, when that suffices.
+
+    A 50 MB file is not read whole and line-counted to show its first lines;
+    its read state is hashed in the background (:meth:`ReadState.of_open_file`).
+    ``None`` sends the call to the whole-file read: a small file, a page past
+    the head, or a file changed in the last second.
+    """
+    try:
+        with ws.open_file(path) as fd:
+            st = os.fstat(fd)
+            if st.st_size <= HEAD_BYTES or not settled(st):
+                return None
+            page = head_page(os.pread(fd, HEAD_BYTES, 0), offset, limit)
+            if page is None:
+                return None
+            text = "\n".join(page.lines)
+            state = ReadState.of_open_file(fd, st, text)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None  # the whole-file read reports it
+    _remember(ctx, path, state)
+    return _page_outcome(path, page, st.st_size, None, full=False, counted=False)
+
+
+def _remember(ctx: CallContext, path: str, state: ReadState) -> None:
+    # A failed patch after a partial read asks for a full read; only that clears it.
+    before = ctx.reads.get(path)
+    state.needs_full_read = before is not None and before.needs_full_read and not state.full
+    ctx.reads[path] = state
 
 
 def read_outcome(
@@ -197,36 +248,44 @@ def read_outcome(
             past_the_end(path, page.start, page.total),
         )
     full = page.start == 1 and page.end == page.total and page.cut == 0 and small
-    # A failed patch after a partial read asks for a full read; only that clears it.
-    before = ctx.reads.get(path)
-    state = ReadState.of(data, full, "\n".join(page.lines), background=not small)
-    state.needs_full_read = before is not None and before.needs_full_read and not full
-    ctx.reads[path] = state
-    size = (
-        f"{len(data.decode('utf-8', errors='replace')):,} chars"
-        if small
-        else f"{len(data):,} bytes"
-    )
-    header = f"{path}: lines {page.start}-{page.end} of {page.total} ({size})"
+    _remember(ctx, path, ReadState.of(data, full, "\n".join(page.lines), background=not small))
+    chars = len(data.decode("utf-8", errors="replace")) if small else None
+    return _page_outcome(path, page, len(data), chars, full=full, counted=True)
+
+
+def _page_outcome(
+    path: str, page: Page, size: int, chars: int | None, *, full: bool, counted: bool
+) -> ToolOutcome:
+    """The numbered page; ``chars`` for a small file, else its size in bytes is shown.
+
+    ``counted``: ``page.total`` is the file's line count (a page of the whole
+    file); otherwise only the file's start was read and the text says so.
+    """
+    amount = f"{chars:,} chars" if chars is not None else f"{size:,} bytes"
+    if counted:
+        header = f"{path}: lines {page.start}-{page.end} of {page.total} ({amount})"
+    else:
+        header = f"{path}: lines {page.start}-{page.end} ({amount}; only its start was read)"
     notes = []
     if page.replaced:
         notes.append("[not valid UTF-8: undecodable bytes shown as \ufffd]")
     if page.cut:
         notes.append(f"[{page.cut} line(s) longer than {MAX_LINE_CHARS} chars were cut]")
     if page.end < page.total:
+        more = f"{page.total - page.end} more lines" if counted else "more lines follow"
         notes.append(
-            f"[{page.total - page.end} more lines; continue with offset={page.end + 1}, "
-            f"limit={min(MAX_READ_LINES, page.total - page.end)}]"
+            f"[{more}; continue with offset={page.end + 1}, "
+            f"limit={min(MAX_READ_LINES, page.total - page.end) if counted else MAX_READ_LINES}]"
         )
     width = len(str(page.end))
     numbered = "\n".join(f"{n:>{width}}\t{line}" for n, line in enumerate(page.lines, page.start))
     content = "\n".join([header, numbered, *notes])
     structured = {
         "path": path,
-        "bytes": len(data),
+        "bytes": size,
         "startLine": page.start,
         "endLine": page.end,
-        "lines": page.total,
+        "lines": page.total if counted else None,
         "full": full,
     }
     return ToolOutcome(content, structured)
