@@ -27,11 +27,14 @@ from tavern_agent.core.ids import ToolId
 from tavern_agent.core.naming import builtin_model_name
 from tavern_agent.core.profile import Profile
 from tavern_agent.core.results import AgentToolResult
+from tavern_agent.mcp import McpManager
 from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.gate import ToolRequestGate
 from tavern_agent.tools.snapshot import ToolSnapshot
 from tests.chat.helpers import eldoria, write_chat
+from tests.mcp_helpers import call as mcp_call
+from tests.mcp_helpers import fast_peer, gate_for, permit, register
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tavern_agent"
 # Where the gate and the built-ins produce their errors.
@@ -546,3 +549,22 @@ async def test_the_checks_catch_a_missing_tool_and_a_host_path(tmp_path: Path) -
         result = AgentToolResult("c", None, text, {"error": {}}, True, ErrorCode.TOOL_UNAVAILABLE)
         with pytest.raises(AssertionError):
             check_text(result, env)
+
+
+async def test_an_mcp_server_that_cannot_start_is_reported_without_host_paths(
+    tmp_path: Path,
+) -> None:
+    async with McpManager(tmp_path / "data") as manager:
+        register(manager, "peer", fast_peer(tmp_path / "calls.log"))
+        await manager.discover("peer")
+        permit(manager, "peer", ok="allow")
+        reg = manager.store.get("peer")
+        assert reg is not None
+        missing = tmp_path / "gone" / "server-binary"
+        moved = {"type": "stdio", "command": str(missing), "args": []}
+        manager.store.save(reg.model_copy(update={"transport": type(reg.transport)(**moved)}))
+        await manager.aclose()  # the discovery's connection goes; the next call starts anew
+        result = await mcp_call(gate_for(manager, tmp_path / "ws"), "mcp__peer__ok")
+    assert result.error_code is ErrorCode.MCP_SERVER_UNAVAILABLE, result.content
+    assert "could not reach its MCP server" in result.content
+    assert str(tmp_path) not in result.content and "<path>" in result.content
