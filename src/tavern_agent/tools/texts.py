@@ -105,4 +105,4 @@ def child_return_hint(snapshot: ToolSnapshot) -> str | None:
     name = snapshot.name_of(TASK_RETURN)
     if name is None:
         return None
-    return f"Delegated agents do not publish or finish the run: return your result with {name}."
+    return f"Delegated agents return their result with {name} instead."
