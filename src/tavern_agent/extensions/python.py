@@ -115,7 +115,7 @@ def error_receipt(name: str, exc: BaseException) -> ExternalReceipt:
     """A function's exception as a result: a short, path-free text for the model.
 
     The exception's full text and traceback stay in ``structured``, which the
-    run stores in the call's result file but never sends to the model.
+    run records with the call's result but never sends to the model.
     """
     full = {
         "exception": type(exc).__name__,
