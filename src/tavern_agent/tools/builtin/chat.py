@@ -147,6 +147,7 @@ def continuation(items: list[dict[str, Any]], key: str) -> str:
         "additionalProperties": False,
     },
     scenes=CHAT_ONLY,
+    repeatable=True,
 )
 async def SEARCH(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     run = require_chat(ctx)
@@ -249,6 +250,7 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
         "additionalProperties": False,
     },
     scenes=CHAT_ONLY,
+    repeatable=True,
 )
 async def READ_MESSAGES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     run = require_chat(ctx)
