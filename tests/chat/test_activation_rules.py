@@ -471,3 +471,10 @@ def test_sticky_and_cooldown_from_chat_metadata() -> None:
     assert activate([book], rain, context=effects("cooldown", 2, 9)) == []  # on cooldown
     # a sticky that ended starts the cooldown at once
     assert activate([book], rain, context=effects("sticky", 1, 5)) == []
+
+
+def test_a_lone_surrogate_in_entry_text_reaches_the_model_as_a_replacement_character() -> None:
+    book = parse_world(b'{"entries":{"1":{"uid":1,"key":["rain"],"content":"cut \\ud83d"}}}', "W")
+    (entry,) = activate([book], [ScanMessage("U", "rain")])
+    assert entry.content == "cut \ufffd"
+    entry.content.encode("utf-8")  # printable and storable

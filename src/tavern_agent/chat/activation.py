@@ -83,6 +83,7 @@ from tavern_agent.chat.formats import (
     WorldEntry,
     js_key_order,
     truthy,
+    well_formed,
 )
 from tavern_agent.chat.key_match import Grams, KeyTable, TableState, compile_keys
 from tavern_agent.chat.macros import MacroValues, substitute
@@ -225,7 +226,7 @@ class ActivatedEntry:
             world=entry.world,
             uid=entry.uid,
             label=entry.label,
-            content=entry.content if content is None else content,
+            content=well_formed(entry.content if content is None else content),
             position=entry.position_name,
             order=entry.order,
             depth=entry.depth,
