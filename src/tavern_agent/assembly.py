@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Self
 from tavern_agent.chat.formats import CharacterCard, ChatFile, WorldBook
 from tavern_agent.chat.mount import prepare_run_mount, sync_floors
 from tavern_agent.chat.repository import FileChatRepository
-from tavern_agent.chat.run_input import ChatRun, freeze, scan_context
+from tavern_agent.chat.run_input import ChatRun, file_stamp, freeze, scan_context
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.ids import ToolId, ToolKind
 from tavern_agent.core.naming import ModelProtocol
@@ -280,10 +280,13 @@ class Assembly:
         lives under its chat's workspace). Loads the chat, activates world
         info, brings the chat workspace's shared floor mount up to date (its
         saved search index is reused), and writes the frozen input into the
-        run root. Raises ``ChatFormatError`` / ``OSError`` for a chat that
-        cannot be read. Returns the chat run, the chat and the run root.
+        run root. The search index is then loaded or built on a worker thread,
+        so it is ready, or well on its way, when the first ``chat_search``
+        comes. Raises ``ChatFormatError`` / ``OSError`` for a chat that cannot
+        be read. Returns the chat run, the chat and the run root.
         """
         repo = FileChatRepository(source.chat_file)
+        stamp = file_stamp(source.chat_file)
         chat = repo.load()
         stable = chat.stable_id(str(source.chat_file.resolve()))
         if callable(run_root):
@@ -318,4 +321,6 @@ class Assembly:
         prepare_run_mount(run_root, run_input)
         run_input.save(run_root)
         chat_run = ChatRun(repo, run_input, run_id=run_id, profile_id=profile_id, index_dir=mount)
+        chat_run.prime(chat, stamp)  # no second read of the chat at the first chat tool call
+        chat_run.index_in_background()  # ready, or well on its way, by the first chat_search
         return chat_run, chat, run_root

@@ -15,6 +15,7 @@ import click
 
 from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly, ChatSource
+from tavern_agent.chat import progress as index_progress
 from tavern_agent.chat.formats import ChatFormatError
 from tavern_agent.chat.run_input import ChatRun
 from tavern_agent.cli_options import (
@@ -305,7 +306,8 @@ def call_command(
             return await gate.handle(call, round=1), gate, chat_run
 
     try:
-        executed, gate, chat_run = asyncio.run(run())
+        with index_progress.shown():  # a bar on stderr if chat_search waits for its index
+            executed, gate, chat_run = asyncio.run(run())
     except WorkspaceEscape as exc:
         say(f"tavern-agent: fatal: {exc}", err=True)
         sys.exit(1)

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import copy
+import gc
 import hashlib
 import itertools
 import json
@@ -28,7 +30,7 @@ import math
 import re
 import struct
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,6 +238,23 @@ class ChatFile:
             out += record
         out += self.gaps[known]
         return bytes(out)
+
+
+@contextlib.contextmanager
+def collection_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many long-lived objects.
+
+    Parsing a 100,000-floor chat or indexing it allocates millions of objects
+    that all survive; each automatic collection on the way re-scans them, which
+    costs more than the work itself. Nothing built here forms cycles.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _header_name(value: Any) -> str:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,8 +27,9 @@ from tavern_agent.chat.activation import (
     activate,
 )
 from tavern_agent.chat.formats import CharacterCard, ChatFile, WorldBook
-from tavern_agent.chat.index_store import Saved, load_or_build, read_chat
+from tavern_agent.chat.index_store import Prepared, load_or_build, read_chat
 from tavern_agent.chat.macros import MacroValues
+from tavern_agent.chat.progress import BuildProgress, in_background, wait
 from tavern_agent.chat.repository import (
     ChatCommit,
     ChatRepository,
@@ -207,6 +210,12 @@ def freeze(
     )
 
 
+def file_stamp(path: Path) -> tuple[int, int, int]:
+    """What tells that a chat file changed: inode (replaced), size and modification time."""
+    st = path.stat()
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 @dataclass(slots=True)
 class ChatRun:
     """The chat side of one run, as chat tools see it through ``CallContext.chat``.
@@ -215,6 +224,11 @@ class ChatRun:
     index are cached and reloaded only when the file changes. With ``index_dir``
     (the chat workspace's mount folder) the search index is also saved there and
     reused by later runs on the same chat (:mod:`tavern_agent.chat.index_store`).
+
+    The index is built on a worker thread: :meth:`index_in_background` starts
+    that when the run starts, and :meth:`index` waits for it (through
+    :func:`tavern_agent.chat.progress.wait`, which shows a bar in the CLI).
+    Calls on tool threads may overlap, so the caches change under a lock.
     """
 
     repository: ChatRepository
@@ -223,35 +237,65 @@ class ChatRun:
     profile_id: str = ""
     allow_commit: bool = True
     index_dir: Path | None = None
-    _cache: tuple[Any, ChatFile, ChatIndex | None] | None = field(default=None, repr=False)
-    _prepared: tuple[list[bytes], Saved | None] | None = field(default=None, repr=False)
+    _cache: tuple[Any, ChatFile, Prepared | None] | None = field(default=None, repr=False)
+    _job: tuple[Any, Future[ChatIndex], BuildProgress] | None = field(default=None, repr=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     def _stamp(self) -> Any:
         path = getattr(self.repository, "path", None)
-        if isinstance(path, Path):
-            st = path.stat()
-            return (st.st_ino, st.st_size, st.st_mtime_ns)
-        return None
+        return file_stamp(path) if isinstance(path, Path) else None
 
     def chat(self) -> ChatFile:
         """The chat file now (``FileNotFoundError`` if it is gone)."""
+        return self._read()[1]
+
+    def _read(self) -> tuple[Any, ChatFile, Prepared | None]:
         stamp = self._stamp()
-        if self._cache is None or stamp is None or self._cache[0] != stamp:
-            if self.index_dir is not None and isinstance(self.repository, FileChatRepository):
-                chat, digests, saved = read_chat(self.repository.path, self.index_dir)
-                self._prepared = (digests, saved)
-            else:
-                chat, self._prepared = self.repository.load(), None
-            self._cache = (stamp, chat, None)
-        return self._cache[1]
+        with self._lock:
+            if self._cache is None or stamp is None or self._cache[0] != stamp:
+                if self.index_dir is not None and isinstance(self.repository, FileChatRepository):
+                    chat, digests, saved = read_chat(self.repository.path, self.index_dir)
+                    self._cache = (stamp, chat, (digests, saved))
+                else:
+                    self._cache = (stamp, self.repository.load(), None)
+            return self._cache
+
+    def prime(self, chat: ChatFile, stamp: Any) -> None:
+        """Use ``chat``, read when the file's :func:`file_stamp` was ``stamp``, not a new read.
+
+        Take the stamp before reading: a file changed after it then has another
+        stamp and is read again.
+        """
+        with self._lock:
+            if self._cache is None:
+                self._cache = (stamp, chat, None)
+
+    def index_in_background(self) -> None:
+        """Start reading the chat and building (or loading) its index on a worker thread."""
+        self._index_job()
 
     def index(self) -> ChatIndex:
-        chat = self.chat()
-        assert self._cache is not None
-        index = self._cache[2]
-        if index is None:
-            index = load_or_build(chat, self.index_dir, prepared=self._prepared)
-            self._cache, self._prepared = (self._cache[0], chat, index), None
+        """The search index of the chat now, waiting for a build under way."""
+        future, progress = self._index_job()
+        return wait(future, progress)
+
+    def _index_job(self) -> tuple[Future[ChatIndex], BuildProgress]:
+        stamp = self._stamp()
+        with self._lock:
+            job = self._job
+            if job is not None and stamp is not None and job[0] == stamp:
+                return job[1], job[2]
+            progress = BuildProgress()
+            future = in_background(lambda: self._build(progress))
+            self._job = (stamp, future, progress)
+            return future, progress
+
+    def _build(self, progress: BuildProgress) -> ChatIndex:
+        stamp, chat, prepared = self._read()
+        index = load_or_build(chat, self.index_dir, prepared=prepared, progress=progress)
+        with self._lock:  # the saved copy and digests are not needed any more
+            if self._cache is not None and self._cache[0] == stamp:
+                self._cache = (stamp, chat, None)
         return index
 
     @property
@@ -272,7 +316,8 @@ class ChatRun:
             prefix_sha256=self.input.prefix_sha256,
         )
         receipt = self.repository.apply_commit(commit)
-        self._cache = None
+        with self._lock:
+            self._cache = self._job = None
         return receipt
 
     def apply_effect(self, effect: CommitRequested, workspace: Workspace) -> CommitReceipt:

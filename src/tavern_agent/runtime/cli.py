@@ -17,6 +17,7 @@ from rich.table import Table
 
 from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly, ChatSource
+from tavern_agent.chat import progress as index_progress
 from tavern_agent.chat.formats import (
     ChatFormatError,
     parse_chat,
@@ -304,7 +305,8 @@ def run_command(
                 await own.aclose()
 
     try:
-        result = asyncio.run(drive())
+        with index_progress.shown():  # a bar on stderr if chat_search waits for its index
+            result = asyncio.run(drive())
     except KeyboardInterrupt:
         if "engine" in holder:
             holder["engine"].close()

@@ -199,7 +199,7 @@ class Engine:
         self.resume_at: Next | None = None  # where the journal's fold says the run stands
         self.pending_commit: dict[str, Any] | None = None
         self.agents = AgentTasks(self, profiles or ProfileSource(run.data.path))
-        self._read_only = run.assembly.catalog.builtins.read_only
+        self._repeatable = run.assembly.catalog.builtins.repeatable
         self._saved_state: dict[str, Any] | None = None  # the checkpoint last written
         self._effects: dict[type, EffectHandler] = {
             CommitRequested: self._on_commit,
@@ -507,7 +507,8 @@ class Engine:
             )
             if stop is not None and isinstance(step, NextRound):
                 step = stop
-        self.journal.sync()  # the end of a turn: one barrier for its read-only calls
+        if not inv.is_child:  # a child is never resumed: its turns need no barrier
+            self.journal.sync()  # the end of a turn: one barrier for its repeatable calls
         self._checkpoint()
         return step
 
@@ -550,7 +551,8 @@ class Engine:
             self.journal.append(
                 "tool_call_started",
                 {"callId": rc.call_id, "invocationId": inv.id, "round": number},
-                sync=binding is None or binding.tool_id not in self._read_only,
+                sync=not inv.is_child
+                and (binding is None or binding.tool_id not in self._repeatable),
             )
             executed = await inv.gate.handle(rc.call, round=number)
             result, effect = executed.result, executed.effect
@@ -878,6 +880,8 @@ class Engine:
     def _fold(self, event: Event, by_id: dict[str, Invocation]) -> None:
         """Apply one journal event to the engine's state (resume replays them all)."""
         kind, p = event["type"], event["payload"]
+        if "invocationId" in p and p["invocationId"] not in by_id:
+            return  # a child whose records a power failure took: it is not resumed
         if kind == "invocation_started":
             if p.get("kind") != "child":
                 self.current = by_id[p["invocationId"]]

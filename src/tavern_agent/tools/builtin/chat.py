@@ -144,7 +144,7 @@ def continuation(items: list[dict[str, Any]], key: str) -> str:
         "additionalProperties": False,
     },
     scenes=CHAT_ONLY,
-    read_only=True,
+    repeatable=True,
 )
 async def SEARCH(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     run = require_chat(ctx)
@@ -246,7 +246,7 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
         "additionalProperties": False,
     },
     scenes=CHAT_ONLY,
-    read_only=True,
+    repeatable=True,
 )
 async def READ_MESSAGES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     run = require_chat(ctx)

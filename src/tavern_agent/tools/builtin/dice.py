@@ -99,7 +99,7 @@ PARAMETERS: dict[str, Any] = {
     "dice.roll",
     description="Roll dice for chance outcomes in the story; returns each die and the total.",
     parameters=PARAMETERS,
-    read_only=True,
+    repeatable=True,
 )
 async def ROLL(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     text, structured = roll_dice(args["formula"], ctx.rng)

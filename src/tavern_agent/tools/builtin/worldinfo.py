@@ -51,7 +51,7 @@ TOOL = "builtin:worldinfo.read_activated"
         "additionalProperties": False,
     },
     scenes=CHAT_ONLY,
-    read_only=True,
+    repeatable=True,
 )
 async def READ_ACTIVATED(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     run = ctx.chat
