@@ -311,7 +311,10 @@ def call_command(
     except WorkspaceEscape as exc:
         say(f"tavern-agent: fatal: {exc}", err=True)
         sys.exit(1)
-    save_reads(reads_file, gate.reads)
+    try:
+        save_reads(reads_file, gate.reads)
+    except OSError as exc:  # a convenience for the next call; the result still counts
+        say(f"tavern-agent: note: what this call read is not remembered: {exc}", err=True)
     result = executed.result
     if isinstance(executed.effect, CommitRequested) and chat_run is not None:
         assert gate.workspace is not None
@@ -323,7 +326,7 @@ def call_command(
             err=True,
         )
         if receipt.merged:
-            click.echo(f"tavern-agent: the chat had changed: {receipt.merged}", err=True)
+            say(f"tavern-agent: the chat had changed: {receipt.merged}", err=True)
     if as_json:
         payload = result.to_json() | {"effect": type(executed.effect).__name__}
         click.echo(json.dumps(payload, ensure_ascii=False, indent=2))
@@ -444,3 +447,6 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         sys.exit(130)
+    except OSError as exc:  # a full or failing disk: one line naming the file, not a traceback
+        say(f"tavern-agent: error: storage failed: {exc}", err=True)
+        sys.exit(1)

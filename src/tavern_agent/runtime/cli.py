@@ -29,6 +29,7 @@ from tavern_agent.cli_options import (
     world_info_options,
 )
 from tavern_agent.config import resolve_profile
+from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.core.redact import MASK
@@ -37,12 +38,12 @@ from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ModelGatewa
 from tavern_agent.runtime.journal import Event, read_events
 from tavern_agent.runtime.loop import TERMINAL, Engine, ResumeRefused, RunResult
 from tavern_agent.runtime.run import (
-    RUN_FILE,
     Run,
     RunNotFound,
     RunSpec,
     all_runs,
     find_run,
+    load_record,
 )
 from tavern_agent.terminal import markup
 from tavern_agent.workspace.layout import DataRoot
@@ -293,14 +294,21 @@ def run_command(
                 assert spec is not None and gateway is not None
                 try:
                     run = Run.start(assembly, spec)
-                except (ChatFormatError, OSError, ValueError) as exc:
+                except OSError as exc:
+                    raise click.ClickException(
+                        f"{ErrorCode.RUN_STORAGE_FAILED}: cannot create the run: {exc}"
+                    ) from None
+                except (ChatFormatError, ValueError) as exc:
                     raise click.UsageError(str(exc)) from None
                 own = gateway
             listeners = () if as_json else (Progress(console, run.run_dir),)
-            engine = Engine(run, own, listeners=listeners)
-            holder["run"], holder["engine"] = run, engine
+            holder["run"] = run
             try:
+                engine = holder["engine"] = Engine(run, own, listeners=listeners)
                 return await (engine.resume() if run_dir is not None else engine.start())
+            except OSError as exc:  # before the loop took over (it ends its own failures)
+                code = ErrorCode.RUN_STORAGE_FAILED.value
+                return RunResult(run.id, "failed", 0, 0, code, f"{type(exc).__name__}: {exc}")
             finally:
                 await own.aclose()
 
@@ -318,8 +326,9 @@ def run_command(
     finally:
         if gateway is not None and "engine" not in holder:
             asyncio.run(gateway.aclose())
-    run, engine = holder["run"], holder["engine"]
-    engine.close()
+    run = holder["run"]
+    if "engine" in holder:
+        holder["engine"].close()
     message = _final_message(run, result)
     if as_json:
         out = {
@@ -341,13 +350,23 @@ def run_command(
             console.print(markup(message))
         elif result.final_text:
             console.print(markup(result.final_text))
+        if result.error_code == ErrorCode.RUN_STORAGE_FAILED:
+            console.print(f"[red]{ErrorCode.RUN_STORAGE_FAILED}[/]: {markup(result.message)}")
+            console.print(f"free space, then continue with: tavern-agent run --resume {run.id}")
         console.print(f"[dim]run folder: {markup(str(run.run_dir))}[/]")
     if result.status not in ("completed", "partial_success"):
         sys.exit(1)
 
 
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 def _summary(run_dir: Path) -> dict[str, Any]:
-    record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    try:
+        record = load_record(run_dir)
+    except RunNotFound as exc:  # listed, not fatal: the other runs still show
+        return {"runId": run_dir.name, "scene": "", "status": "damaged", "problem": str(exc)}
     events = read_events(run_dir / run_layout.JOURNAL_FILE)
     status = "interrupted"
     payload: dict[str, Any] = {}
@@ -363,9 +382,9 @@ def _summary(run_dir: Path) -> dict[str, Any]:
         "status": status,
         "rounds": payload.get("rounds"),
         "commits": payload.get("commits"),
-        "createdAt": record.get("createdAt"),
-        "chatFile": record.get("chatFile"),
-        "session": record.get("session"),
+        "createdAt": _text(record.get("createdAt")),
+        "chatFile": _text(record.get("chatFile")),
+        "session": _text(record.get("session")),
         "runDir": str(run_dir),
     }
 
@@ -386,15 +405,15 @@ def runs_list(ctx: click.Context, as_json: bool) -> None:
         return
     table = Table("run", "scene", "status", "rounds", "commits", "created", "chat / session")
     for r in rows:
-        where = Path(r["chatFile"]).name if r["chatFile"] else (r["session"] or "")
+        where = Path(r["chatFile"]).name if r.get("chatFile") else (r.get("session") or "")
         style = "" if r["status"] == "completed" else "red"
         table.add_row(
             markup(r["runId"]),
             markup(r["scene"]),
             f"[{style}]{r['status']}[/]" if style else r["status"],
-            str(r["rounds"] or ""),
-            str(r["commits"] or ""),
-            markup(r["createdAt"] or ""),
+            str(r.get("rounds") or ""),
+            str(r.get("commits") or ""),
+            markup(r.get("createdAt") or ""),
             markup(where),
         )
     Console(highlight=False).print(table if rows else "(no runs)")
@@ -420,6 +439,8 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 def show_timeline(console: Console, run_dir: Path, events: list[Event]) -> None:
     summary = _summary(run_dir)
     head = markup(f"{summary['runId']}  {summary['scene']}  {summary['status']}")
+    if "problem" in summary:
+        head += f"\n{markup(summary['problem'])}"
     console.print(f"[bold]{head}[/]")
     t0 = events[0]["timestamp"] if events else ""
     depth: dict[str, int] = {}  # child invocations, nested under their parents
