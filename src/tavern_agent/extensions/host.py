@@ -68,6 +68,7 @@ from tavern_agent.extensions.python import (
 )
 from tavern_agent.tools.catalog import ExternalReceipt, enabled_catalog, entry_availability
 from tavern_agent.tools.context import CallContext
+from tavern_agent.tools.texts import OUTSIDE_FAILURE_STEP, outside_text
 
 log = logging.getLogger(__name__)
 
@@ -463,8 +464,15 @@ class ExtensionHost:
         else:
             error = message.get("error")
             text = error.get("message") if isinstance(error, dict) else None
-            text = str(text)[:DESCRIPTION_CHARS] if text else "the extension reported an error"
-            receipt = fail(ErrorCode.EXTENSION_TOOL_ERROR, f"{pending.name} failed: {text}", error)
+            # The page's full error stays in the result file; the model gets one path-free line.
+            shown = outside_text(str(text)) if text else "the extension reported an error"
+            receipt = ExternalReceipt(
+                content=f"{pending.name} failed: {shown}. {OUTSIDE_FAILURE_STEP}",
+                structured={"error": error},
+                is_error=True,
+                error_code=ErrorCode.EXTENSION_TOOL_ERROR,
+                raw=error,
+            )
         pending.future.set_result(receipt)
 
     # ------------------------------------------------------------ the port

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,21 +16,23 @@ from rich.console import Console
 from rich.table import Table
 
 from tavern_agent import run_layout
-from tavern_agent.assembly import Assembly
+from tavern_agent.assembly import Assembly, ChatSource
 from tavern_agent.chat import progress as index_progress
 from tavern_agent.chat.formats import (
-    CharacterCard,
     ChatFormatError,
-    WorldBook,
     parse_chat,
 )
-from tavern_agent.cli_options import mcp_ask_option
+from tavern_agent.cli_options import (
+    chat_source_from_files,
+    mcp_ask_option,
+    st_data_source,
+    world_info_options,
+)
 from tavern_agent.config import resolve_profile
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.core.redact import MASK
-from tavern_agent.inputs import InputError, load_card, load_world
 from tavern_agent.mcp.approval import approver_for
 from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ModelGateway, ReplayGateway
 from tavern_agent.runtime.journal import Event, read_events
@@ -151,17 +153,6 @@ def _gateway(
     return HttpGateway(config), {"kind": "http", **config.to_json()}
 
 
-def _load_inputs(
-    character: Path | None, worlds: Sequence[Path]
-) -> tuple[CharacterCard | None, tuple[WorldBook, ...]]:
-    try:
-        card = load_card(character) if character is not None else None
-        books = tuple(load_world(p) for p in worlds)
-    except InputError as exc:
-        raise click.UsageError(str(exc)) from None
-    return card, books
-
-
 def _final_message(run: Run, result: RunResult) -> str | None:
     if run.chat is None or result.floor is None:
         return None
@@ -175,11 +166,17 @@ def _final_message(run: Run, result: RunResult) -> str | None:
 
 
 @click.command("run")
-@click.argument("chat_file", required=False, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--character", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("chat_file", required=False)
+@click.option(
+    "--character",
+    default=None,
+    metavar="CARD",
+    help="A character card file; with --st-data, the character's name.",
+)
 @click.option(
     "--world", "worlds", multiple=True, type=click.Path(path_type=Path, dir_okay=False, exists=True)
 )
+@world_info_options
 @click.option("--profile", "profile_spec", default="default-writer", show_default=True)
 @click.option("--model", default=None, help="Model name on --base-url.")
 @click.option(
@@ -205,9 +202,11 @@ def _final_message(run: Run, result: RunResult) -> str | None:
 @click.pass_context
 def run_command(
     ctx: click.Context,
-    chat_file: Path | None,
-    character: Path | None,
+    chat_file: str | None,
+    character: str | None,
     worlds: tuple[Path, ...],
+    st_data: Path | None,
+    group: str | None,
     profile_spec: str,
     model: str | None,
     replay: Path | None,
@@ -222,6 +221,10 @@ def run_command(
     as_json: bool,
 ) -> None:
     """Run an agent on CHAT_FILE (a SillyTavern .jsonl) until it finishes.
+
+    With --st-data DIR (SillyTavern's data/<user>/ folder), CHAT_FILE is the
+    chat's file name or 'latest' (the default) of --character NAME or
+    --group NAME, and that folder's lorebooks and settings apply.
 
     The agent is offered the profile's tools from every source: built-ins,
     the MCP servers registered in the data dir (``tavern-agent mcp``),
@@ -243,26 +246,36 @@ def run_command(
         except RunNotFound as exc:
             raise click.UsageError(str(exc)) from None
     else:
-        if chat_file is None and session is None:
-            raise click.UsageError("give CHAT_FILE, --session NAME or --resume RUN")
-        if chat_file is not None and not chat_file.is_file():
-            raise click.UsageError(f"no chat file {chat_file}")
+        if chat_file is None and session is None and st_data is None:
+            raise click.UsageError("give CHAT_FILE, --st-data DIR, --session NAME or --resume RUN")
         try:
             profile: Profile = resolve_profile(profile_spec, data_dir)
         except ProfileError as exc:
             raise click.UsageError(str(exc)) from None
-        card, books = _load_inputs(character, worlds)
+        source: ChatSource | None = None
+        if st_data is not None:
+            source = st_data_source(
+                st_data,
+                character=character,
+                chat=chat_file,
+                group=group,
+                extra_worlds=worlds,
+                seed=seed,
+            )
+        elif chat_file is not None:
+            if group is not None:
+                raise click.UsageError("--group needs --st-data")
+            source = chat_source_from_files(Path(chat_file), character, worlds, seed)
         gateway, record = _gateway(model, replay, base_url, protocol, api_key_env)
         spec = RunSpec(
             profile,
             ModelProtocol(protocol),
-            chat_file=chat_file,
-            books=books,
-            card=card,
+            chat_file=source.chat_file if source is not None else None,
             session=session,
             seed=seed,
             task=task,
             model=record,
+            chat=source,
         )
     approver = approver_for(mcp_ask)
     holder: dict[str, Any] = {}

@@ -93,6 +93,7 @@ class RunSpec:
     seed: int | None = None
     task: str = ""
     model: dict[str, Any] = field(default_factory=dict)  # how the model is reached, for records
+    chat: ChatSource | None = None  # the whole chat source (e.g. from --st-data); wins
 
 
 def _card_fields(card: CharacterCard | None) -> dict[str, Any] | None:
@@ -175,7 +176,7 @@ class Run:
                 made.append(folder)
                 return folder
 
-            source = ChatSource(spec.chat_file, spec.books, spec.card, spec.seed)
+            source = spec.chat or ChatSource(spec.chat_file, spec.books, spec.card, spec.seed)
             chat_run, chat, run_dir = assembly.chat_run(
                 source,
                 root,
