@@ -1,7 +1,8 @@
 """Scheduling overhead of delegation: 50 children delegated in one turn and awaited.
 
-A session run's root agent delegates N tasks in one turn (``agent.delegate``
-N times), awaits them all (``agent.await`` allCompleted) and answers. Each
+A background chat run's root agent (delegation is a chat-scene tool) delegates
+N tasks in one turn (``agent.delegate`` N times), awaits them all
+(``agent.await`` allCompleted) and finishes. Each
 child answers its one model request with ``task.return``. The model is the
 scripted fake (:class:`ScriptedAgents`, pre-built turns, no I/O): the stored
 ``ReplayGateway`` answers by the run's round number and does not know the
@@ -35,7 +36,12 @@ from tavern_agent.core.profile import Profile
 from tavern_agent.runtime.journal import read_events
 from tavern_agent.runtime.loop import Engine
 from tavern_agent.runtime.run import Run, RunSpec
-from tavern_agent.runtime.scripted import AgentScript, ScriptedAgents, Turn, call, calls, say
+from tavern_agent.runtime.scripted import AgentScript, ScriptedAgents, Turn, call, calls
+
+CHAT = (
+    '{"user_name":"U","character_name":"S","chat_metadata":{"integrity":"bench"}}\n'
+    '{"name":"U","is_user":true,"mes":"Ask the helpers."}\n'
+)
 
 
 def root_profile(children: int) -> Profile:
@@ -44,8 +50,14 @@ def root_profile(children: int) -> Profile:
             "id": "lead",
             "name": "Lead",
             "tools": {
-                "allow": ["builtin:agent.delegate", "builtin:agent.await", "builtin:dice.roll"]
+                "allow": [
+                    "builtin:agent.delegate",
+                    "builtin:agent.await",
+                    "builtin:dice.roll",
+                    "builtin:workspace.finish",
+                ]
             },
+            "run": {"presentation": "background"},
             "delegation": {
                 "maxConcurrentInvocations": 64,
                 "maxInvocationsPerRun": max(children, 1),
@@ -77,14 +89,17 @@ def scripts(children: int) -> dict[str, AgentScript]:
         else call("dice_roll", {"formula": "d6"})
     )
     done = call("task_return", {"summary": "The answer is 42.", "status": "completed"})
-    return {"lead": [first, wait, say("All done.")], "helper": [done]}
+    finish = call("workspace_finish", {"reason": "all tasks returned"})
+    return {"lead": [first, wait, finish], "helper": [done]}
 
 
 def one_run(base: Path, children: int, fsync: bool) -> tuple[float, list[float]]:
     assembly = Assembly(base / "data")
     (assembly.data.path / "profiles").mkdir(parents=True, exist_ok=True)
     (assembly.data.path / "profiles" / "helper.json").write_text(json.dumps(helper_profile()))
-    spec = RunSpec(root_profile(children), session="bench", seed=1)
+    chat = base / "chat.jsonl"
+    chat.write_text(CHAT, encoding="utf-8")
+    spec = RunSpec(root_profile(children), chat_file=chat, seed=1)
     run = Run.start(assembly, spec)
     engine = Engine(run, ScriptedAgents(scripts(children)), fsync=fsync)
     started = time.perf_counter()

@@ -12,7 +12,11 @@ files, response file, checkpoint).
 
 Reported: the median and p90 per round excluding the model, the bookkeeping
 part alone, and the total wall time, with the journal fsync'd (the default)
-and without. Goal from the issue: under 5 ms per round.
+and without. Then, in the same run, the same loop (a fake model, one async
+tool, R rounds × 3 calls) in tavern_agent, PydanticAI, the OpenAI Agents SDK
+and LangGraph (``benchmarks/loop_peers.py``), with fsyncs counted. Goals: our
+round without fsync at or below the fastest peer's, and at most one journal
+fsync per round.
 Run: ``python benchmarks/run_overhead.py [--rounds N] [--repeats R]``.
 """
 
@@ -25,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import loop_peers  # benchmarks/ is on sys.path when a script here runs
 
 from tavern_agent.assembly import Assembly
 from tavern_agent.core.profile import Profile
@@ -182,6 +188,9 @@ def main() -> None:
             print(f"{label:<10}{med:>9.2f} ms{p90:>7.2f} ms{own:>11.2f} ms{total:>8.2f} s")
         r = results[0]
         print(f"calls per run: {r['calls']} (error results: {r['errors']}), events: {r['events']}")
+        loop_peers.report(
+            loop_peers.measure(args.rounds, args.repeats, root / "peers"), args.rounds
+        )
 
 
 if __name__ == "__main__":

@@ -7,15 +7,15 @@ functions return paths relative to the run folder (or the workspace root, for
 model-visible ones), with ``/`` separators::
 
     run.json                                        what the run is
-    events.jsonl                                    the journal
-    checkpoints/state.json                          live state for resume
+    events.jsonl                                    the journal (small arguments and
+                                                    every result are kept inline)
+    checkpoints/state.json                          read states for resume
     input/chat.json, input/card.json, input/persist.json
     input/invocations/<inv>/tool_snapshot.json      written once
     input/invocations/<inv>/prompt.json
     model-responses/round-NNN.json                  the run's main line (root, revisions, handoffs)
     model-responses/<inv>/round-NNN.json            a delegated child's own rounds
-    tool-args/<inv>/round-NNN-call_<hex>.json       raw arguments as the model sent them
-    tool-results/<inv>/round-NNN-call_<hex>.json    the stored result
+    tool-args/<inv>/round-NNN-call_<hex>.json       large raw arguments as the model sent them
     tool-results/<inv>/round-NNN-call_<hex>.txt     a spilled long result (model-readable)
     tool-results/<inv>/round-NNN-call_<hex>.raw.json   the spilled result's raw reply (audit)
     tool-results/<inv>/round-NNN-call_<hex>-K.<ext>    files a reply brought (images, resources)
@@ -68,10 +68,6 @@ def _call_stem(folder: str, invocation_id: str, round: int, call_id: str) -> str
 
 def tool_arguments(invocation_id: str, round: int, call_id: str) -> str:
     return _call_stem(TOOL_ARGS_DIR, invocation_id, round, call_id) + ".json"
-
-
-def tool_result(invocation_id: str, round: int, call_id: str) -> str:
-    return _call_stem(RESULTS_DIR, invocation_id, round, call_id) + ".json"
 
 
 def spilled_text(invocation_id: str, round: int, call_id: str) -> str:

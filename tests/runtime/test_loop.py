@@ -35,27 +35,31 @@ def test_commit_then_finish_posts_one_message_and_completes(tmp_path: Path) -> N
     evs = events(run)
     assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
     assert all({"id", "runId", "timestamp", "level", "type", "payload"} <= e.keys() for e in evs)
-    # audit files: raw arguments, results, model responses
+    # raw arguments and results are journaled inline: no file per call
     inv = run.invocations[0].id
-    args = sorted((run.run_dir / "tool-args" / inv).iterdir())
-    assert len(args) == 4 and args[0].name.startswith("round-001-call_")
-    raw = json.loads(args[0].read_text())
-    assert json.loads(raw["raw"]) in (
+    requested = [e["payload"] for e in evs if e["type"] == "tool_call_requested"]
+    assert len(requested) == 4 and all("argumentsRef" not in p for p in requested)
+    assert json.loads(requested[0]["arguments"]["raw"]) in (
         {"query": "bridge"},
         {"file_path": "output/main.md", "content": "Seraphina wades in first."},
     )
-    assert len(list((run.run_dir / "tool-results" / inv).glob("round-*.json"))) == 4
+    stored = [e["payload"] for e in evs if e["type"] == "tool_result_stored"]
+    assert [p["gate"]["callsUsed"] for p in stored] == [1, 2, 3, 4]
+    assert not (run.run_dir / "tool-args").exists()
+    assert not (run.run_dir / "tool-results").exists()
     responses = sorted((run.run_dir / "model-responses").iterdir())
     assert [p.name for p in responses] == ["round-001.json", "round-002.json", "round-003.json"]
     assert (run.run_dir / run_layout.snapshot_file(inv)).is_file()
 
 
-def test_tool_call_requested_comes_after_the_arguments_and_before_the_gate(tmp_path: Path) -> None:
+def test_tool_call_requested_carries_the_arguments_and_comes_before_the_gate(
+    tmp_path: Path,
+) -> None:
     h = Harness(tmp_path)
     run, _ = h.drive([call(*write("x")), call(*COMMIT), call(*FINISH)])
     evs = events(run)
     first = next(e for e in evs if e["type"] == "tool_call_requested")
-    assert (run.run_dir / first["payload"]["argumentsRef"]).is_file()
+    assert json.loads(first["payload"]["arguments"]["raw"])["content"] == "x"
     order = [e["type"] for e in evs if e["payload"].get("callId") == first["payload"]["callId"]]
     assert order[:3] == ["tool_call_requested", "tool_call_started", "tool_result_stored"]
     assert order[3] == "tool_call_completed"
@@ -206,3 +210,14 @@ def test_each_request_carries_the_previous_results(tmp_path: Path) -> None:
     assert last.result.call_id == "call_r1_0"
     first_prompt = gateway.requests[0].transcript.items[0]
     assert "The bridge is out" in first_prompt.text
+
+
+def test_large_arguments_go_to_a_file_named_in_the_journal(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    chapter = "The ford is cold. " * 400  # over the inline limit
+    run, result = h.drive([call(*write(chapter)), call(*COMMIT), call(*FINISH)])
+    assert result.status == "completed"
+    first = next(e["payload"] for e in events(run) if e["type"] == "tool_call_requested")
+    assert "arguments" not in first
+    record = json.loads((run.run_dir / first["argumentsRef"]).read_text())
+    assert json.loads(record["raw"])["content"] == chapter

@@ -280,10 +280,33 @@ def _http_registration(ctx: click.Context, ref: str) -> Registration:
 @mcp_group.command("login")
 @click.argument("ref")
 @click.option("--no-browser", is_flag=True, help="Print the login URL instead of opening it.")
+@click.option("--client-id", default=None, help="A client id registered beforehand.")
+@click.option("--client-secret", default=None, help="Its secret, if it has one.")
+@click.option(
+    "--client-metadata-url", default=None, help="HTTPS URL of a client ID metadata document."
+)
 @click.pass_context
-def mcp_login(ctx: click.Context, ref: str, no_browser: bool) -> None:
-    """Log in to HTTP server REF with OAuth (opens the browser; tokens are kept, mode 0600)."""
-    from tavern_agent.mcp.oauth import FileTokenStorage, login
+def mcp_login(
+    ctx: click.Context,
+    ref: str,
+    no_browser: bool,
+    client_id: str | None,
+    client_secret: str | None,
+    client_metadata_url: str | None,
+) -> None:
+    """Log in to HTTP server REF with OAuth (opens the browser; tokens are kept, mode 0600).
+
+    The client registers itself where the server allows it; otherwise give
+    --client-id (and --client-secret) of a client registered beforehand.
+    """
+    from tavern_agent.mcp.logs import capture_sdk_logs
+    from tavern_agent.mcp.oauth import ClientChoice, FileTokenStorage, login
+
+    capture_sdk_logs(_store(ctx).logs_dir / "sdk.log")
+
+    if client_secret and not client_id:
+        raise click.UsageError("--client-secret needs --client-id")
+    choice = ClientChoice(client_id, client_secret, client_metadata_url)
 
     reg = _http_registration(ctx, ref)
     assert reg.transport.type == "http"
@@ -307,6 +330,7 @@ def mcp_login(ctx: click.Context, ref: str, no_browser: bool) -> None:
                 storage,
                 show,
                 reg.timeouts.connect_seconds,
+                choice,
             )
         )
     except Exception as exc:  # a failed login is a message, not a traceback

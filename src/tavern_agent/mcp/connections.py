@@ -292,7 +292,12 @@ class ConnectionPool:
     async def get(self, reg: Registration) -> Connection:
         """A live connection for ``reg``, started if needed; raises :class:`ConnectError`."""
         conn = self._connections.get(reg.id)
-        if conn is not None and conn.alive and conn.transport == reg.transport:
+        # `is` first: an unchanged registration file gives the same cached object.
+        if (
+            conn is not None
+            and conn.alive
+            and (conn.transport is reg.transport or conn.transport == reg.transport)
+        ):
             return conn
         lock = self._locks.setdefault(reg.id, asyncio.Lock())
         async with lock:

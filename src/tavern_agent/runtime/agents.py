@@ -399,7 +399,8 @@ class AgentTasks:
         task_id = f"task_{uuid.uuid4().hex}"
         inv_id = f"inv_{secrets.token_hex(6)}"
         snapshot = run.assembly.snapshot(target, run.scene, run.protocol, inv_id, child=True)
-        snapshot.save(run.run_dir / run_layout.snapshot_file(inv_id))
+        # no fsync: see Run.add_invocation (a child is never resumed)
+        snapshot.save(run.run_dir / run_layout.snapshot_file(inv_id), durable=False)
         child = run.add_invocation(
             inv_id,
             snapshot,
@@ -566,10 +567,13 @@ class AgentTasks:
         task.status = status
         task.result = record
         try:
-            run.workspace.write_atomic(path, _markdown(task, record).encode("utf-8"))
+            # Without fsync, like the child's other records; the caller reads the
+            # result from memory, and a resumed run does not reload it.
+            run.workspace.write_atomic(path, _markdown(task, record).encode("utf-8"), durable=False)
             atomic_write(
                 run.run_dir / run_layout.agent_result(task.inv.id),
                 json.dumps(record, ensure_ascii=False, indent=1).encode("utf-8"),
+                durable=False,
             )
         finally:
             self.engine.journal.append(

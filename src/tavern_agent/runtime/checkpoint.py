@@ -1,10 +1,10 @@
 """The checkpoint: live run state that the journal alone does not give back.
 
-``checkpoints/state.json`` (rewritten atomically) holds, per invocation, the
-round, the pending calls of the current turn, the gate counters and the read
-states, plus the commit ledger and the run's request count. The transcript
-is not here: it is rebuilt from the journal, which records every assistant
-message and every result as it is stored.
+``checkpoints/state.json`` (rewritten atomically, and only when it changed)
+holds each invocation's read states: what the model has read of which file,
+which the write and patch rules check. Everything else is rebuilt from the
+journal: the transcript (every assistant message and every result), the
+counters (each stored result carries its gate's counters) and the commits.
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ def load_checkpoint(run_dir: Path) -> dict[str, Any] | None:
             (run_dir / run_layout.CHECKPOINT_FILE).read_text(encoding="utf-8")
         )
     except FileNotFoundError:
+        return None
+    except ValueError:  # cut short by a power loss (it is written without fsync)
         return None
     if data.get("schemaVersion") != SCHEMA_VERSION:
         raise ValueError(f"unknown checkpoint schema {data.get('schemaVersion')!r}")

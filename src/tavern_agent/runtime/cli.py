@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,7 @@ class Progress:
             said = f"  [italic]{markup(_short(text, 70))}[/]" if text.strip() else ""
             out(f"{clock} [bold cyan]round {p['round']}[/] {p['calls']} call(s){said}")
         elif kind == "tool_call_requested":
-            self.args[p["callId"]] = self._arguments(p.get("argumentsRef"))
+            self.args[p["callId"]] = self._arguments(p)
         elif kind in ("tool_call_completed", "tool_call_failed"):
             args = markup(self.args.get(p["callId"], ""))
             name = markup(str(p.get("name")))
@@ -101,14 +101,17 @@ class Progress:
             why = f": {p.get('errorCode')} {p.get('message', '')}" if p.get("errorCode") else ""
             out(f"{clock} [bold {style}]{TERMINAL[kind]}[/]{markup(why)}")
 
-    def _arguments(self, ref: str | None) -> str:
-        if not ref:
-            return ""
-        try:
-            data = json.loads((self.run_dir / ref).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return ""
-        return _short(data.get("raw", ""), 70)
+    def _arguments(self, requested: Mapping[str, Any]) -> str:
+        """A call's raw arguments, short: inline in the event, or in its file when large."""
+        data = requested.get("arguments")
+        ref = requested.get("argumentsRef")
+        if data is None and ref:
+            try:
+                data = json.loads((self.run_dir / ref).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                data = None
+        raw = data.get("raw", "") if isinstance(data, Mapping) else ""
+        return _short(raw if isinstance(raw, str) else json.dumps(raw), 70)
 
 
 def _gateway(
@@ -426,7 +429,7 @@ def show_timeline(console: Console, run_dir: Path, events: list[Event]) -> None:
         head = f"{event['seq']:>4} {event['timestamp'][11:23]} {tag}{kind}"
         detail = ""
         if kind == "tool_call_requested":
-            args = Progress(console, run_dir)._arguments(p.get("argumentsRef"))
+            args = Progress(console, run_dir)._arguments(p)
             detail = f"{p['name']} {args}"
         elif kind == "tool_result_stored":
             result = p["result"]

@@ -1,9 +1,15 @@
-"""The run journal ``events.jsonl``: append-only, one fsync'd JSON line per event.
+"""The run journal ``events.jsonl``: append-only, one JSON line per event.
 
 Each line is ``{seq, id, runId, timestamp, level, type, payload}``. ``seq``
 counts from 1 without gaps. A process killed mid-write can leave a torn last
 line; opening the journal again cuts it off (it was never acknowledged), and
 :func:`read_events` ignores it.
+
+Every event is written to the file at once, so a killed process loses none.
+Against a power loss, the writer makes the journal durable (one fsync) only
+at barriers: before a call or a commit whose effect must not be repeated
+blindly, at the end of each turn, and when the run ends. Events between two
+barriers are either all kept or lost together with work that can be redone.
 """
 
 from __future__ import annotations
@@ -51,7 +57,11 @@ def _complete_length(data: bytes) -> int:
 
 
 class Journal:
-    """Appends events to ``events.jsonl``; ``listeners`` see each event after it is durable."""
+    """Appends events to ``events.jsonl``; ``listeners`` see each event once it is written.
+
+    ``fsync=False`` never syncs (tests and benchmarks); otherwise :meth:`sync`
+    (or ``append(..., sync=True)``) makes every event so far durable.
+    """
 
     def __init__(self, path: Path, run_id: str, *, fsync: bool = True) -> None:
         self.path = path
@@ -66,8 +76,11 @@ class Journal:
             os.ftruncate(self._fd, keep)
         os.lseek(self._fd, 0, os.SEEK_END)
         self.seq = len(read_events(path))
+        self._unsynced = False
 
-    def append(self, type: str, payload: Mapping[str, Any], *, level: str = "info") -> Event:
+    def append(
+        self, type: str, payload: Mapping[str, Any], *, level: str = "info", sync: bool = False
+    ) -> Event:
         self.seq += 1
         event: Event = {
             "seq": self.seq,
@@ -80,13 +93,21 @@ class Journal:
         }
         line = json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
         os.write(self._fd, line.encode("utf-8", "surrogatepass"))
-        if self.fsync:
-            os.fsync(self._fd)
+        self._unsynced = True
+        if sync:
+            self.sync()
         for listener in self.listeners:
             listener(event)
         return event
 
+    def sync(self) -> None:
+        """Make every event written so far durable (a barrier; free when nothing is new)."""
+        if self.fsync and self._unsynced and self._fd >= 0:
+            os.fsync(self._fd)
+        self._unsynced = False
+
     def close(self) -> None:
         if self._fd >= 0:
+            self.sync()
             os.close(self._fd)
             self._fd = -1

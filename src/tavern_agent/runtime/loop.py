@@ -96,6 +96,8 @@ TERMINAL = {
     "run_cancelled": "cancelled",
 }
 CANCELLED_TEXT = "Not run: the run was cancelled before this call started."
+# Raw arguments up to this size are journaled inline; larger ones get a file.
+INLINE_ARGUMENTS_CHARS = 4_096
 # An effect handler: (invocation, call, binding, result, effect, failed calls of the
 # turn so far) -> the result the model sees, and what happens next (None: go on).
 EffectHandler = Callable[
@@ -197,6 +199,8 @@ class Engine:
         self.resume_at: Next | None = None  # where the journal's fold says the run stands
         self.pending_commit: dict[str, Any] | None = None
         self.agents = AgentTasks(self, profiles or ProfileSource(run.data.path))
+        self._repeatable = run.assembly.catalog.builtins.repeatable
+        self._saved_state: dict[str, Any] | None = None  # the checkpoint last written
         self._effects: dict[type, EffectHandler] = {
             CommitRequested: self._on_commit,
             DelegateRequested: self._on_agent,
@@ -503,7 +507,9 @@ class Engine:
             )
             if stop is not None and isinstance(step, NextRound):
                 step = stop
-        self._checkpoint()  # the end of a turn
+        if not inv.is_child:  # a child is never resumed: its turns need no barrier
+            self.journal.sync()  # the end of a turn: one barrier for its repeatable calls
+        self._checkpoint()
         return step
 
     async def _run_call(
@@ -519,12 +525,6 @@ class Engine:
         snapshot = inv.snapshot
         name = rc.name if isinstance(rc.name, str) else None
         binding = snapshot.by_name(name) if name is not None else None
-        args_ref = run_layout.tool_arguments(inv.id, number, rc.call_id)
-        record = {"callId": rc.call_id, "name": rc.name, **_raw_json(rc.call.raw_arguments)}
-        with contextlib.suppress(AlreadyWritten):  # written before an interruption
-            write_audit(
-                self.run.run_dir / args_ref, json.dumps(record, ensure_ascii=False).encode()
-            )
         self.journal.append(
             "tool_call_requested",
             {
@@ -535,8 +535,8 @@ class Engine:
                 "source": None if binding is None else self.run.assembly.source_of(binding.tool_id),
                 "snapshotId": snapshot.id,
                 "name": rc.name,
-                "argumentsRef": args_ref,
-            },
+            }
+            | self._arguments_record(inv, rc, number),
         )
         inv.requested.add(rc.call_id)
         started = time.monotonic()
@@ -546,9 +546,13 @@ class Engine:
         elif binding is not None and binding.tool_id in inv.gate.finishing and not is_last:
             result = after_finish_result(rc, binding)
         else:
+            # A call whose effect must not be repeated blindly is preceded by a
+            # barrier: after a power loss the journal then shows it as started.
             self.journal.append(
                 "tool_call_started",
                 {"callId": rc.call_id, "invocationId": inv.id, "round": number},
+                sync=not inv.is_child
+                and (binding is None or binding.tool_id not in self._repeatable),
             )
             executed = await inv.gate.handle(rc.call, round=number)
             result, effect = executed.result, executed.effect
@@ -564,6 +568,22 @@ class Engine:
             return result, after
         self._store(inv, rc, result, number, time.monotonic() - started)
         return result, None
+
+    def _arguments_record(self, inv: Invocation, rc: RecordedCall, number: int) -> dict[str, Any]:
+        """The raw arguments as the journal keeps them: inline, or in a file when large.
+
+        Inline is the common case and writes no file; a large argument (a whole
+        chapter for write_file) goes to ``tool-args/`` so the journal stays small.
+        """
+        raw = _raw_json(rc.call.raw_arguments)
+        text = json.dumps(raw, ensure_ascii=False)
+        if len(text) <= INLINE_ARGUMENTS_CHARS:
+            return {"arguments": raw}
+        ref = run_layout.tool_arguments(inv.id, number, rc.call_id)
+        record = {"callId": rc.call_id, "name": rc.name} | raw
+        with contextlib.suppress(AlreadyWritten):  # written before an interruption
+            write_audit(self.run.run_dir / ref, json.dumps(record, ensure_ascii=False).encode())
+        return {"argumentsRef": ref}
 
     # ------------------------------------------------------------ effect handlers
 
@@ -670,7 +690,9 @@ class Engine:
             "path": effect.path,
             "mode": effect.mode,
         }
-        self.journal.append("commit_requested", payload | ({"auto": True} if auto else {}))
+        self.journal.append(
+            "commit_requested", payload | ({"auto": True} if auto else {}), sync=True
+        )
         return self.commits_requested
 
     def _commit_confirmed(
@@ -696,18 +718,17 @@ class Engine:
         number: int,
         elapsed: float,
     ) -> None:
-        ref = run_layout.tool_result(inv.id, number, rc.call_id)
-        data = json.dumps(result.to_json(), ensure_ascii=False).encode("utf-8", "surrogatepass")
-        with contextlib.suppress(AlreadyWritten):  # stored before an interruption
-            write_audit(self.run.workspace.root / ref, data)
+        # The journal is the result's record (a long one was spilled to a file in
+        # tool-results/ by the gate, and the record holds its preview); the gate's
+        # counters ride along so that resume folds them back.
         self.journal.append(
             "tool_result_stored",
             {
                 "round": number,
                 "invocationId": inv.id,
                 "callId": rc.call_id,
-                "ref": ref,
                 "result": result.to_json(),
+                "gate": inv.gate.state(),
             },
         )
         outcome = {
@@ -810,28 +831,25 @@ class Engine:
         body = payload or self._summary()
         if code is not None:
             body = body | {"errorCode": code.value, "message": message}
-        self.journal.append(kind, body, level="info" if code is None else "error")
+        self.journal.append(kind, body, level="info" if code is None else "error", sync=True)
         self._checkpoint()
 
     # ------------------------------------------------------------ state
 
     def _checkpoint(self) -> None:
+        """Save the read states when they changed (the rest of the state is in the journal)."""
         state = {
-            "journalSeq": self.journal.seq,
-            "rounds": self.rounds,
-            "current": self.current.id,
-            "commits": {"requested": self.commits_requested, "confirmed": self.commits_confirmed},
             "invocations": {
-                inv.id: {
-                    "round": inv.round,
-                    "pendingCalls": inv.pending_calls(),
-                    "gate": inv.gate.state(),
-                    "reads": reads_json(inv.gate.reads),
-                }
-                for inv in self.run.invocations
-            },
+                inv.id: {"reads": reads_json(inv.gate.reads)} for inv in self.run.invocations
+            }
         }
-        save_checkpoint(self.run.run_dir, state, durable=self.journal.fsync)
+        if state == self._saved_state:
+            return
+        # Not fsync'd: the journal is the record. A checkpoint lost to a power
+        # failure is older or missing, which only asks the model to read a file
+        # again (a stale read state refuses writes).
+        save_checkpoint(self.run.run_dir, state, durable=False)
+        self._saved_state = state
 
     def _rebuild(self) -> RunResult | None:
         """Live state as the fold of the journal's events (plus the checkpoint's gate counts).
@@ -847,9 +865,11 @@ class Engine:
         if checkpoint is not None:
             for inv_id, state in checkpoint.get("invocations", {}).items():
                 found = by_id.get(inv_id)
-                if found is not None:
+                if found is None:
+                    continue
+                if "gate" in state and found.gate.calls_used == 0:  # written by older versions
                     found.gate.restore(state["gate"])
-                    found.gate.reads.update(reads_from_json(state.get("reads", {})))
+                found.gate.reads.update(reads_from_json(state.get("reads", {})))
         for event in reversed(events):
             if event["type"] in TERMINAL:
                 return RunResult.from_event(event)
@@ -860,6 +880,8 @@ class Engine:
     def _fold(self, event: Event, by_id: dict[str, Invocation]) -> None:
         """Apply one journal event to the engine's state (resume replays them all)."""
         kind, p = event["type"], event["payload"]
+        if "invocationId" in p and p["invocationId"] not in by_id:
+            return  # a child whose records a power failure took: it is not resumed
         if kind == "invocation_started":
             if p.get("kind") != "child":
                 self.current = by_id[p["invocationId"]]
@@ -875,6 +897,8 @@ class Engine:
             by_id[p["invocationId"]].requested.add(p["callId"])
         elif kind == "tool_result_stored":
             inv = by_id[p["invocationId"]]
+            if "gate" in p:
+                inv.gate.restore(p["gate"])
             item = Transcript.from_json({"items": [{"type": "result", **p["result"]}]}).items[0]
             inv.transcript = inv.transcript.append(item)
             inv.resulted.add(p["callId"])

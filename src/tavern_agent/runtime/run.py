@@ -80,11 +80,11 @@ def _card_fields(card: CharacterCard | None) -> dict[str, Any] | None:
     return {"name": card.name, **{k: data[k] for k in CARD_FIELDS if data.get(k)}}
 
 
-def _write_json(path: Path, data: Any, *, once: bool = False) -> None:
+def _write_json(path: Path, data: Any, *, once: bool = False, durable: bool = True) -> None:
     # Compact: json's C encoder only runs without indent, and run records are
     # rewritten with every new invocation (jq shows them nicely).
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    (write_once if once else atomic_write)(path, text)
+    (write_once if once else atomic_write)(path, text, durable=durable)
 
 
 @dataclass
@@ -204,11 +204,20 @@ class Run:
         parent_id: str | None = None,
         task_id: str | None = None,
     ) -> Invocation:
-        """A new invocation; ``profile`` for another agent's (a child's or a handoff's)."""
+        """A new invocation; ``profile`` for another agent's (a child's or a handoff's).
+
+        A delegated child is not listed in ``run.json`` (the journal's
+        ``task_started`` and ``invocation_started`` events record it) and its
+        files are written without fsync: a resumed run never continues a child
+        (its caller is told the task failed). That keeps a delegation to two
+        small file writes and no disk flush.
+        """
+        durable = kind != "child"
         _write_json(
             self.run_dir / run_layout.prompt_file(invocation_id),
             {"system": system, "user": user},
             once=True,
+            durable=durable,
         )
         inv = Invocation(
             invocation_id,
@@ -222,6 +231,8 @@ class Run:
             task_id,
         )
         self.invocations.append(inv)
+        if kind == "child":  # journaled with its task; run.json lists what resume rebuilds
+            return inv
         # An invocation's record never changes once made: append it, don't rebuild all.
         self.record.setdefault("invocations", []).append(inv.record())
         self.save_record()
@@ -264,8 +275,8 @@ class Run:
             results_root=self.workspace.root,
         )
 
-    def save_record(self) -> None:
-        _write_json(self.run_dir / RUN_FILE, self.record)
+    def save_record(self, *, durable: bool = True) -> None:
+        _write_json(self.run_dir / RUN_FILE, self.record, durable=durable)
 
     # ------------------------------------------------------------ reopening
 
@@ -303,11 +314,18 @@ class Run:
             base = json.loads((run_dir / run_layout.PERSIST_FILE).read_text(encoding="utf-8"))
             run.persist_base = PersistBase(base.get("version"), base["sha"])
         for entry in record["invocations"]:
-            snapshot = ToolSnapshot.load(run_dir / run_layout.snapshot_file(entry["snapshotId"]))
-            prompt = json.loads(
-                (run_dir / run_layout.prompt_file(entry["id"])).read_text(encoding="utf-8")
-            )
             kind = entry.get("kind", "root")
+            try:
+                snapshot = ToolSnapshot.load(
+                    run_dir / run_layout.snapshot_file(entry["snapshotId"])
+                )
+                prompt = json.loads(
+                    (run_dir / run_layout.prompt_file(entry["id"])).read_text(encoding="utf-8")
+                )
+            except (OSError, ValueError):
+                if kind == "child":  # lost to a power failure; children are not resumed
+                    continue
+                raise
             own = entry.get("profile")
             agent = None if own is None else Profile.from_json(own, f"{run_dir / RUN_FILE}")
             run.invocations.append(

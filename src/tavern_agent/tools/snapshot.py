@@ -128,10 +128,10 @@ class ToolSnapshot:
         except (KeyError, TypeError, ValueError) as exc:
             raise SnapshotError(f"malformed snapshot: {exc!r}") from exc
 
-    def save(self, path: Path) -> None:
+    def save(self, path: Path, *, durable: bool = True) -> None:
         """Write the snapshot once; a second write to the same path is refused."""
         text = json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"))
-        write_once(path, text.encode("utf-8"))
+        write_once(path, text.encode("utf-8"), durable=durable)
 
     @classmethod
     def load(cls, path: Path) -> ToolSnapshot:

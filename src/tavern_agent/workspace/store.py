@@ -356,14 +356,17 @@ class Workspace:
             finally:
                 os.close(fd)  # closing releases the flock
 
-    def write_atomic(self, path: str, data: bytes) -> None:
-        """Replace (or create) the file; call inside :meth:`mutation`."""
+    def write_atomic(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        """Replace (or create) the file; call inside :meth:`mutation`.
+
+        ``durable=False`` skips the fsync (the file survives a killed process,
+        not necessarily a power loss)."""
         folders, name = self._split(path)
         with self._dir(path, folders, create=True) as dfd:
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISLNK(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
                     raise self._link_error(dfd, name, path)
-            atomic_write(name, data, dir_fd=dfd, mode=0o644)
+            atomic_write(name, data, dir_fd=dfd, mode=0o644, durable=durable)
 
     def append(self, path: str, data: bytes) -> None:
         """Append natively (may apply partially on a crash; never replayed)."""

@@ -85,6 +85,7 @@ def describe_handoff(offer: Offer) -> str:
     },
     scenes=CHAT_ONLY,
     child_drop=True,
+    repeatable=True,
 )
 async def DELEGATE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     return ToolOutcome("", effect=DelegateRequested(args["agentId"], dict(args["task"])))
@@ -110,6 +111,7 @@ async def DELEGATE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     },
     scenes=CHAT_ONLY,
     child_drop=True,
+    repeatable=True,
 )
 async def AWAIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     ids = args.get("taskIds")

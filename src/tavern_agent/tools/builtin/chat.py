@@ -144,6 +144,7 @@ def continuation(items: list[dict[str, Any]], key: str) -> str:
         "additionalProperties": False,
     },
     scenes=CHAT_ONLY,
+    repeatable=True,
 )
 async def SEARCH(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     run = require_chat(ctx)
@@ -245,6 +246,7 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
         "additionalProperties": False,
     },
     scenes=CHAT_ONLY,
+    repeatable=True,
 )
 async def READ_MESSAGES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     run = require_chat(ctx)

@@ -99,6 +99,7 @@ PARAMETERS: dict[str, Any] = {
     "dice.roll",
     description="Roll dice for chance outcomes in the story; returns each die and the total.",
     parameters=PARAMETERS,
+    repeatable=True,
 )
 async def ROLL(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     text, structured = roll_dice(args["formula"], ctx.rng)

@@ -48,7 +48,11 @@ class BuiltinTool:
     - ``child_drop``: a delegated child agent never gets it (it must not
       publish, finish the run, delegate, await or hand off);
     - ``child_only``: only a delegated child gets it (added to its snapshot;
-      a profile cannot list it).
+      a profile cannot list it);
+    - ``repeatable``: running it again after a power loss is harmless (it
+      reads, or changes only caches, or starts a child agent, whose records
+      are not kept across a crash anyway); the run loop does not make its
+      journal durable before such a call (one fsync per round, not per call).
 
     ``describe``, when set, writes the description for one snapshot (the
     profile's limits, the scene's folders, the other tools' names); the
@@ -61,6 +65,7 @@ class BuiltinTool:
     finishing: bool = False
     child_drop: bool = False
     child_only: bool = False
+    repeatable: bool = False
     describe: Describe | None = None
 
     @property
@@ -78,13 +83,16 @@ def builtin_tool(
     finishing: bool = False,
     child_drop: bool = False,
     child_only: bool = False,
+    repeatable: bool = False,
     describe: Describe | None = None,
 ) -> Callable[[Run], BuiltinTool]:
     """Decorator turning an ``async def run(args, ctx)`` into a :class:`BuiltinTool`."""
 
     def wrap(run: Run) -> BuiltinTool:
         descriptor = ToolDescriptor(ToolId.builtin(name), description, parameters, scenes)
-        return BuiltinTool(descriptor, run, spills, finishing, child_drop, child_only, describe)
+        return BuiltinTool(
+            descriptor, run, spills, finishing, child_drop, child_only, repeatable, describe
+        )
 
     return wrap
 
@@ -101,7 +109,7 @@ class BuiltinRegistry:
         if tool.tool_id in self._tools:
             raise ValueError(f"built-in tool {tool.tool_id} is registered twice")
         self._tools[tool.tool_id] = tool
-        for cached in ("finishing", "child_drops", "child_only"):
+        for cached in ("finishing", "child_drops", "child_only", "repeatable"):
             self.__dict__.pop(cached, None)
 
     def get(self, tool_id: ToolId) -> BuiltinTool | None:
@@ -122,6 +130,11 @@ class BuiltinRegistry:
     @functools.cached_property
     def child_only(self) -> frozenset[ToolId]:
         return frozenset(t.tool_id for t in self._tools.values() if t.child_only)
+
+    @functools.cached_property
+    def repeatable(self) -> frozenset[ToolId]:
+        """Tools whose repeat after a crash is harmless (see :class:`BuiltinTool`)."""
+        return frozenset(t.tool_id for t in self._tools.values() if t.repeatable)
 
     def __iter__(self) -> Iterator[BuiltinTool]:
         return iter(self._tools.values())

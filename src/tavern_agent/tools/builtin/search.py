@@ -66,6 +66,7 @@ class Hit:
         "required": ["pattern"],
         "additionalProperties": False,
     },
+    repeatable=True,
 )
 async def SEARCH_FILES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     ws = ctx.require_workspace()

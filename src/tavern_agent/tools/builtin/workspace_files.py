@@ -65,6 +65,7 @@ def decode(data: bytes) -> tuple[str, bool]:
         },
         "additionalProperties": False,
     },
+    repeatable=True,
 )
 async def LIST_FILES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     ws = ctx.require_workspace()
@@ -189,6 +190,7 @@ def head_page(head: bytes, offset: int, limit: int | None) -> Page | None:
         "required": ["file_path"],
         "additionalProperties": False,
     },
+    repeatable=True,
 )
 async def READ_FILE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     ws = ctx.require_workspace()

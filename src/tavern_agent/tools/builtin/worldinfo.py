@@ -51,6 +51,7 @@ TOOL = "builtin:worldinfo.read_activated"
         "additionalProperties": False,
     },
     scenes=CHAT_ONLY,
+    repeatable=True,
 )
 async def READ_ACTIVATED(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     run = ctx.chat
