@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tavern_agent.chat import activation
+from tavern_agent.chat import activation, key_match
 from tavern_agent.chat.activation import ActivatedEntry, ActivationSettings, ScanMessage, activate
 from tavern_agent.chat.formats import WorldBook, parse_world
 
@@ -68,19 +68,21 @@ def plain_activate(
     mp = pytest.MonkeyPatch()
     original = activation._plan
 
-    def every_entry(books: Any, options: Any) -> Any:
-        compiled, _, _ = original(books, options)
-        return compiled, list(range(len(compiled))), {}
+    def every_entry(books: Any, options: Any, macros: Any) -> Any:
+        plan = original(books, options, macros)
+        return activation._Plan(
+            plan.compiled, list(range(len(plan.compiled))), {}, plan.levels, plan.timed
+        )
 
     try:
         mp.setattr(activation, "_plan", every_entry)
-        mp.setattr(activation, "_reach", lambda pattern, flags: None)
-        activation._key.cache_clear()
+        mp.setattr(key_match, "reach", lambda pattern, flags: None)
+        key_match.compiled_key.cache_clear()
         activation._PLANS.clear()
         return activate(books, messages, options, random.Random(seed))
     finally:
         mp.undo()
-        activation._key.cache_clear()
+        key_match.compiled_key.cache_clear()
         activation._PLANS.clear()
 
 
@@ -143,12 +145,12 @@ _WORD_TEXT = st.text(st.sampled_from([*"ab_ -\n\x01é1"]), max_size=12)
 @given(_WORD_TEXT, st.text(st.sampled_from([*"ab_ -é1"]), min_size=0, max_size=3))
 def test_whole_word_check_matches_sillytaverns_regex(text: str, key: str) -> None:
     regex = re.compile(rf"(?:^|\W)({re.escape(key)})(?:$|\W)", re.ASCII)
-    assert activation._has_word(text, key) == (regex.search(text) is not None)
+    assert key_match.has_word(text, key) == (regex.search(text) is not None)
 
 
 def test_reach_is_only_given_for_local_bounded_regexes() -> None:
-    assert activation._reach("dragon.{0,3}egg", re.S) == 12
-    assert activation._reach("gl[a-z]+e", re.I) is None  # unbounded
+    assert key_match.reach("dragon.{0,3}egg", re.S) == 12
+    assert key_match.reach("gl[a-z]+e", re.I) is None  # unbounded
     for pattern in ["^egg", "tower$", r"\bash", "(?<=the )forest", "(a)\\1", "(?=x)y"]:
-        assert activation._reach(pattern, 0) is None
-    assert activation._reach("o{1,3}x", 0) == 4
+        assert key_match.reach(pattern, 0) is None
+    assert key_match.reach("o{1,3}x", 0) == 4

@@ -22,11 +22,13 @@ from tavern_agent import run_layout
 from tavern_agent.chat.activation import (
     ActivatedEntry,
     ActivationSettings,
+    ScanContext,
     ScanMessage,
     activate,
 )
-from tavern_agent.chat.formats import ChatFile, WorldBook
+from tavern_agent.chat.formats import CharacterCard, ChatFile, WorldBook
 from tavern_agent.chat.index_store import Prepared, load_or_build, read_chat
+from tavern_agent.chat.macros import MacroValues
 from tavern_agent.chat.progress import BuildProgress, in_background, wait
 from tavern_agent.chat.repository import (
     ChatCommit,
@@ -109,6 +111,59 @@ def scan_messages(chat: ChatFile, count: int) -> list[ScanMessage]:
     return [ScanMessage(m.name, m.mes) for m in chat.messages[:count] if not m.hidden]
 
 
+def card_texts(card: CharacterCard | None, persona: str = "") -> dict[str, str]:
+    """The texts entries with ``matchCharacterDescription`` and its siblings scan."""
+    data = card.data if card is not None else {}
+    ext = data.get("extensions") if isinstance(data.get("extensions"), dict) else {}
+    depth = ext.get("depth_prompt") if isinstance(ext, dict) else None
+    fields = {
+        "matchPersonaDescription": persona,
+        "matchCharacterDescription": data.get("description"),
+        "matchCharacterPersonality": data.get("personality"),
+        "matchCharacterDepthPrompt": depth.get("prompt") if isinstance(depth, dict) else None,
+        "matchScenario": data.get("scenario"),
+        "matchCreatorNotes": data.get("creator_notes") or data.get("creatorcomment"),
+    }
+    return {k: v for k, v in fields.items() if isinstance(v, str) and v}
+
+
+def scan_context(
+    chat: ChatFile,
+    *,
+    character: str,
+    card: CharacterCard | None = None,
+    user: str | None = None,
+    persona: str = "",
+    character_file: str = "",
+    character_tags: frozenset[str] | None = None,
+    group: tuple[str, ...] = (),
+) -> ScanContext:
+    """What activation needs besides the messages: names for macros, card texts, the
+    chat's stored timed effects, and what character filters look at."""
+    data = card.data if card is not None else {}
+
+    def text(name: str) -> str:
+        value = data.get(name)
+        return value if isinstance(value, str) else ""
+
+    macros = MacroValues(
+        user=user or chat.speaker(user=True) or "User",
+        char=character,
+        group=group,
+        persona=persona,
+        description=text("description"),
+        personality=text("personality"),
+        scenario=text("scenario"),
+    )
+    return ScanContext(
+        macros=macros,
+        character_file=character_file,
+        character_tags=character_tags,
+        texts=card_texts(card, persona),
+        timed=chat.metadata.get("timedWorldInfo"),
+    )
+
+
 def freeze(
     chat: ChatFile,
     stable_chat_id: str,
@@ -119,14 +174,17 @@ def freeze(
     rng: random.Random | None = None,
     precomputed: Sequence[dict[str, Any]] | None = None,
     character: str | None = None,
+    context: ScanContext | None = None,
 ) -> ChatRunInput:
     """The run input for ``chat`` as it is now.
 
     ``precomputed`` is the host's activation list, used as given; otherwise
     the entries of ``books`` are activated here. With neither, activation is
     unavailable to the run. ``character`` (the card's name) is who replies;
-    default the chat's own character (:meth:`ChatFile.speaker`).
+    default the chat's own character (:meth:`ChatFile.speaker`). ``context``
+    defaults to :func:`scan_context` with the chat's names.
     """
+    character = character or chat.speaker(user=False)
     count = len(chat.messages)
     activation: tuple[ActivatedEntry, ...] | None
     books = list(books)
@@ -134,14 +192,16 @@ def freeze(
         activation = tuple(ActivatedEntry.from_json(a, i) for i, a in enumerate(precomputed))
         source: str | None = "host"
     elif books:
-        activation = tuple(activate(books, scan_messages(chat, count), settings, rng))
+        context = context or scan_context(chat, character=character)
+        messages = scan_messages(chat, count)
+        activation = tuple(activate(books, messages, settings, rng, context))
         source = "computed"
     else:
         activation, source = None, None
     return ChatRunInput(
         stable_chat_id=stable_chat_id,
         title=title,
-        character=character or chat.speaker(user=False),
+        character=character,
         user_name=chat.speaker(user=True),
         floor_count=count,
         prefix_sha256=prefix_digest(chat, count),

@@ -53,6 +53,7 @@ from tavern_agent.mcp.results import convert_result
 from tavern_agent.tools.catalog import ExternalReceipt
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.results import ResultFiles
+from tavern_agent.tools.texts import outside_text
 
 log = logging.getLogger(__name__)
 MAX_ARGUMENT_BYTES = 256 * 1024
@@ -361,7 +362,7 @@ class McpManager:
                 return self._login_required(reg, name)
             return _fail(
                 ErrorCode.MCP_SERVER_UNAVAILABLE,
-                f"{name} could not reach its MCP server ({exc}). {not_sent}; "
+                f"{name} could not reach its MCP server ({outside_text(str(exc))}). {not_sent}; "
                 "try again later or do without it.",
             )
         return await self._call(conn, reg, tool_id.name, name, arguments, context)
@@ -408,7 +409,7 @@ class McpManager:
                 return self._login_required(reg, name)
             return self._unknown(name, f"got no answer within {seconds:g} s", unknown, exc)
         except (ValidationError, RuntimeError) as exc:
-            detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            detail = outside_text(str(exc)) if str(exc) else type(exc).__name__
             return _fail(
                 ErrorCode.MCP_UNSUPPORTED_RESPONSE,
                 f"{name} sent a reply that is not a valid tool result ({detail}).",

@@ -48,7 +48,7 @@ from tavern_agent.tools.builtin.shell_jq import jq_command
 from tavern_agent.tools.builtin.shell_js import JsLimits, node_command
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.results import LongResultStep
-from tavern_agent.tools.texts import either, exception_text
+from tavern_agent.tools.texts import WRITE_FILE, either, exception_text
 from tavern_agent.workspace.layout import allows_chat_tool
 from tavern_agent.workspace.roots import CHAT_MOUNT, MESSAGE_BODY, RootPolicy
 from tavern_agent.workspace.store import Workspace
@@ -290,11 +290,15 @@ async def SHELL(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     command: str = args["command"]
     size = len(command.encode("utf-8", "surrogatepass"))
     if size > MAX_COMMAND_BYTES:
-        writer = ctx.model_name("builtin:workspace.write_file", "a file tool")
+        writer = ctx.snapshot.name_of(WRITE_FILE)
+        step = (
+            f"Save the script to a file with {writer} and run it (bash /scratch/x.sh)."
+            if writer
+            else "Split it into smaller commands."
+        )
         raise ToolFailure(
             ErrorCode.TOOL_INVALID_ARGUMENTS,
-            f"command is {size:,} bytes, over the 128 KiB limit. Save the script to a file "
-            f"with {writer} and run it (bash /scratch/x.sh).",
+            f"command is {size:,} bytes, over the 128 KiB limit. {step}",
         )
     cwd = _workdir(ws, args.get("workdir", "/"))
     if ctx.cancelled.is_set():
@@ -392,10 +396,13 @@ def shell_outcome(
     elif problem.startswith(_LIMIT_PREFIX):
         code = ErrorCode.WORKSPACE_SHELL_LIMIT
         which = problem.removeprefix(_LIMIT_PREFIX)
-        note = f"Stopped by a sandbox limit: {which}. The output up to then is below."
+        note = (
+            f"Stopped by a sandbox limit: {which}. The output up to then is below. "
+            "Do less per call or avoid endless loops."
+        )
     elif exit_code != 0:
         code = ErrorCode.WORKSPACE_SHELL_EXIT
-        note = f"The command exited with status {exit_code}."
+        note = f"The command exited with status {exit_code}; stderr below says why."
     else:
         code, note = None, ""
     parts = [f"exit_code: {exit_code}"]
