@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from tavern_agent.tools.builtin import shell_jq
 from tavern_agent.workspace.store import Workspace
 from tests.shell.conftest import limited_agent, sh, stdout_of
 from tests.workspace.conftest import Agent
@@ -97,4 +98,15 @@ async def test_a_runaway_program_is_stopped_at_the_call_deadline(ws: Workspace) 
     assert time.monotonic() - started < 8
     assert "jq: stopped: the call's time limit was reached" in result.content, result.content
     assert "code=124" in result.content
+    assert jq_workers() == []
+
+
+async def test_endless_output_is_stopped_at_the_cap(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shell_jq, "OUTPUT_BYTES", 100_000)
+    started = time.monotonic()
+    result = await sh(agent, "jq -n 'range(1e15)' | wc -c; echo code=${PIPESTATUS[0]}")
+    assert time.monotonic() - started < 20  # not the 30 s call limit: stopped at the cap
+    assert "100000" in result.content and "code=1" in result.content, result.content
     assert jq_workers() == []

@@ -13,7 +13,7 @@ roots are reachable, or stdin), and libjq runs it in a child process
   :data:`MEMORY_BYTES` of address space and :data:`MAX_INPUT_BYTES` of input
   (a parsed 100 MB file takes about 1 GB in libjq, far above the
   interpreter's own memory cap, so jq has its own);
-* prints at most :data:`OUTPUT_BYTES`.
+* prints at most :data:`OUTPUT_BYTES` (it is stopped there, not buffered).
 
 Options: ``-r -j -c -n -s -e -S -a -M -C``, ``--tab``, ``--indent N``,
 ``--arg NAME VALUE``, ``--argjson NAME JSON``, short flags combined (``-rc``).
@@ -42,6 +42,7 @@ _CHILD_ENV = {"LC_ALL": "C.UTF-8"}
 MEMORY_BYTES = 4 * 1024**3
 MAX_INPUT_BYTES = 256 * 1024**2
 OUTPUT_BYTES = 16 * 1024**2
+STDERR_BYTES = 64 * 1024
 USAGE = "usage: jq [-rjcnseSa] [--arg NAME VALUE] [--argjson NAME JSON] FILTER [FILE…]\n"
 # The jq builtins that read files or show host paths; a program using them is refused.
 _FORBIDDEN = re.compile(
@@ -152,6 +153,53 @@ def _read_inputs(req: Request, bctx: BuiltinContext) -> bytes:
     return data
 
 
+async def _read_capped(stream: asyncio.StreamReader, cap: int) -> tuple[bytes, bool]:
+    """What the stream gives, up to ``cap`` bytes; ``True`` when there was more."""
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await stream.read(1 << 16):
+        if size + len(chunk) > cap:
+            chunks.append(chunk[: cap - size])
+            return b"".join(chunks), True
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks), False
+
+
+async def _feed(proc: asyncio.subprocess.Process, payload: bytes) -> None:
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(payload)
+        await proc.stdin.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the worker stopped early (an error, or it was killed): its streams say why
+    finally:
+        proc.stdin.close()
+
+
+async def _exchange(proc: asyncio.subprocess.Process, payload: bytes) -> tuple[bytes, bool, bytes]:
+    """Send the request, read stdout (killing the worker past the cap) and stderr."""
+    assert proc.stdout is not None and proc.stderr is not None
+    feeder = asyncio.ensure_future(_feed(proc, payload))
+    errors = asyncio.ensure_future(_read_capped(proc.stderr, STDERR_BYTES))
+    try:
+        out, cut = await _read_capped(proc.stdout, OUTPUT_BYTES)
+        if cut:
+            _kill(proc)
+        err, _ = await errors
+        await feeder
+        await proc.wait()
+        return out, cut, err
+    finally:
+        feeder.cancel()
+        errors.cancel()
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
 async def run_jq(req: Request, data: bytes, env: dict[str, str], seconds: float) -> BuiltinResult:
     """Run one request in a fresh worker process, killed after ``seconds``."""
     env = {k: v for k, v in env.items() if k not in HIDDEN_ENV}
@@ -170,30 +218,26 @@ async def run_jq(req: Request, data: bytes, env: dict[str, str], seconds: float)
         env=_CHILD_ENV,  # the sandbox's variables travel in the request, never to the loader
     )
     try:
-        out, err = await asyncio.wait_for(
-            proc.communicate(header.encode("utf-8") + b"\n" + data), seconds
-        )
+        payload = header.encode("utf-8") + b"\n" + data
+        out, cut, err = await asyncio.wait_for(_exchange(proc, payload), seconds)
     except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
         return BuiltinResult(
             stderr="jq: stopped: the call's time limit was reached\n", exit_code=124
         )
     finally:
         if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            _kill(proc)
             await proc.wait()
-    code = proc.returncode if proc.returncode is not None else 1
     stderr = err.decode("utf-8", "replace")
-    if code < 0 or "out of memory" in stderr:
-        limit = f"{MEMORY_BYTES // 1024**3} GiB of memory or the call's time"
-        stderr = f"jq: stopped: the program needed more than {limit}\n"
-        code = 137
-    if len(out) > OUTPUT_BYTES:
-        out = out[:OUTPUT_BYTES]
-        stderr += f"jq: output cut at {OUTPUT_BYTES:,} bytes\n"
+    if cut:
+        stderr += f"jq: stopped: output above {OUTPUT_BYTES:,} bytes\n"
+        code = 1
+    else:
+        code = proc.returncode if proc.returncode is not None else 1
+        if code < 0 or "out of memory" in stderr:
+            limit = f"{MEMORY_BYTES // 1024**3} GiB of memory or the call's time"
+            stderr = f"jq: stopped: the program needed more than {limit}\n"
+            code = 137
     return BuiltinResult(stdout=out.decode("utf-8", "replace"), stderr=stderr, exit_code=code)
 
 
