@@ -36,6 +36,7 @@ from tavern_agent.fsutil import atomic_write
 from tavern_agent.mcp.approval import approver_for
 from tavern_agent.mcp.cli import mcp_group
 from tavern_agent.runtime.cli import run_command, runs_group
+from tavern_agent.temporal.cli import worker_command
 from tavern_agent.terminal import say
 from tavern_agent.tools.catalog import ProfileValidationError
 from tavern_agent.tools.gate import ToolRequestGate
@@ -433,6 +434,7 @@ cli.add_command(mcp_group)
 cli.add_command(serve_command)
 cli.add_command(run_command)
 cli.add_command(runs_group)
+cli.add_command(worker_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -35,6 +35,7 @@ from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.core.redact import MASK
 from tavern_agent.mcp.approval import approver_for
 from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ModelGateway, ReplayGateway
+from tavern_agent.runtime.engines import LocalEngine, TemporalEngine, gateway_for
 from tavern_agent.runtime.journal import Event, read_events
 from tavern_agent.runtime.loop import TERMINAL, Engine, ResumeRefused, RunResult
 from tavern_agent.runtime.run import (
@@ -115,6 +116,16 @@ class Progress:
                 data = None
         raw = data.get("raw", "") if isinstance(data, Mapping) else ""
         return _short(raw if isinstance(raw, str) else json.dumps(raw), 70)
+
+
+def temporal_options(f: Any) -> Any:
+    """``--temporal HOST:PORT`` and ``--task-queue Q``: where Temporal runs are."""
+    f = click.option(
+        "--task-queue", default=None, help="The workers' task queue (default tavern-agent)."
+    )(f)
+    return click.option(
+        "--temporal", default=None, metavar="HOST:PORT", help="The Temporal server's address."
+    )(f)
 
 
 def _gateway(
@@ -198,6 +209,15 @@ def _final_message(run: Run, result: RunResult) -> str | None:
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True)
 @click.option("--seed", type=int, default=None, help="Seed for dice and activation.")
 @mcp_ask_option
+@click.option(
+    "--engine",
+    "engine_name",
+    type=click.Choice(["local", "temporal"]),
+    default="local",
+    show_default=True,
+    help="Run here, or submit to the workers of a Temporal server (--temporal).",
+)
+@temporal_options
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON, no progress.")
 @click.pass_context
 def run_command(
@@ -218,6 +238,9 @@ def run_command(
     api_key_env: str,
     seed: int | None,
     mcp_ask: str,
+    engine_name: str,
+    temporal: str | None,
+    task_queue: str | None,
     as_json: bool,
 ) -> None:
     """Run an agent on CHAT_FILE (a SillyTavern .jsonl) until it finishes.
@@ -236,6 +259,10 @@ def run_command(
     if model is not None and replay is not None:
         raise click.UsageError("--model and --replay exclude each other")
     data_dir: Path = ctx.obj["data_dir"]
+    if engine_name == "temporal" and temporal is None:
+        raise click.UsageError("--engine temporal needs --temporal HOST:PORT")
+    if engine_name == "temporal" and resume_id is not None:
+        raise click.UsageError("a Temporal run resumes by itself; follow it with runs show")
     console = Console(highlight=False, soft_wrap=True)
     spec: RunSpec | None = None
     gateway: ModelGateway | None = None
@@ -303,6 +330,9 @@ def run_command(
                 own = gateway
             listeners = () if as_json else (Progress(console, run.run_dir),)
             holder["run"] = run
+            if temporal is not None and engine_name == "temporal":
+                await own.aclose()  # the workers ask the model the run's record names
+                return await TemporalEngine(temporal, task_queue=task_queue).execute(run, listeners)
             try:
                 engine = holder["engine"] = Engine(run, own, listeners=listeners)
                 return await (engine.resume() if run_dir is not None else engine.start())
@@ -316,6 +346,10 @@ def run_command(
         with index_progress.shown():  # a bar on stderr if chat_search waits for its index
             result = asyncio.run(drive())
     except KeyboardInterrupt:
+        if engine_name == "temporal" and "run" in holder:
+            run_id = holder["run"].id
+            console.print(f"[yellow]stopped following[/]: the run goes on; runs cancel {run_id}")
+            sys.exit(130)
         if "engine" in holder:
             holder["engine"].close()
             console.print(f"[yellow]cancelled[/]: resume with --resume {holder['run'].id}")
@@ -484,3 +518,40 @@ def show_timeline(console: Console, run_dir: Path, events: list[Event]) -> None:
         line = markup(f"{head}  {detail}".rstrip())
         console.print(f"[{style}]{line}[/]" if style else line)
     del t0
+
+
+@runs_group.command("cancel")
+@click.argument("run_id")
+@temporal_options
+@click.pass_context
+def runs_cancel(
+    ctx: click.Context, run_id: str, temporal: str | None, task_queue: str | None
+) -> None:
+    """Cancel RUN: its open calls are paired and the run ends cancelled.
+
+    With --temporal, the run's workflow is cancelled (the step under way stops,
+    wherever it runs). Without, the run must not be running (Ctrl-C stops a
+    live local run); an interrupted run is ended so that it is not resumed.
+    """
+    data_dir: Path = ctx.obj["data_dir"]
+    try:
+        run_dir = find_run(DataRoot(data_dir), run_id)
+    except RunNotFound as exc:
+        raise click.UsageError(str(exc)) from None
+
+    async def cancel() -> RunResult:
+        async with await Assembly.open(data_dir, pages=False) as assembly:
+            run = Run.open(assembly, run_dir)
+            if temporal is not None:
+                return await TemporalEngine(temporal, task_queue=task_queue).cancel(run)
+            gateway = gateway_for(run.record.get("model"))
+            try:
+                return await LocalEngine(gateway).cancel(run)
+            finally:
+                await gateway.aclose()
+
+    try:
+        result = asyncio.run(cancel())
+    except (ValueError, ResumeRefused) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{result.run_id}: {result.status}")

@@ -213,24 +213,24 @@ class Engine:
     # ------------------------------------------------------------ entry points
 
     async def start(self) -> RunResult:
-        run = self.run
         try:
-            self.journal.append(
-                "run_started",
-                {
-                    "scene": run.scene.value,
-                    "profileId": run.profile.id,
-                    "protocol": run.protocol.value,
-                    "chatFile": run.record.get("chatFile"),
-                    "floorCount": None if run.chat is None else run.chat.floor_count,
-                    "persistBase": None if run.persist_base is None else run.persist_base.sha,
-                    "model": run.record.get("model"),
-                },
-            )
+            self.journal.append("run_started", self._started_payload())
             self._invocation_started(self.current)
         except OSError as exc:
             return self._storage_failed(exc)
         return await self._execute(self.current)
+
+    def _started_payload(self) -> dict[str, Any]:
+        run = self.run
+        return {
+            "scene": run.scene.value,
+            "profileId": run.profile.id,
+            "protocol": run.protocol.value,
+            "chatFile": run.record.get("chatFile"),
+            "floorCount": None if run.chat is None else run.chat.floor_count,
+            "persistBase": None if run.persist_base is None else run.persist_base.sha,
+            "model": run.record.get("model"),
+        }
 
     async def revise(self, instruction: str) -> RunResult:
         """Run an output revision: a new invocation on the same snapshot."""
@@ -262,6 +262,63 @@ class Engine:
         except OSError as exc:
             return self._storage_failed(exc)
         return await self._execute(inv, self.resume_at)
+
+    async def step_once(self, *, cancel: bool = False) -> Next | RunResult:
+        """Do one step of the run on a fresh engine; a :class:`RunResult` once it has ended.
+
+        The unit of work of a durable engine (one activity each): the state is
+        the fold of the journal, so any worker can take the next step. A run with
+        an empty journal is started; a step cut off before its end is finished as
+        :meth:`resume` would (open calls paired, a pending commit confirmed from
+        the chat file), without a ``run_resumed`` event. A handoff starts its
+        target here; Finished and Stopped end the run. ``cancel`` ends the run as
+        cancelled instead (its open calls paired), unless it had ended already.
+        """
+        try:
+            if self.journal.seq == 0:
+                self.journal.append("run_started", self._started_payload())
+                self._invocation_started(self.current)
+            else:
+                ended = self._rebuild()
+                if ended is not None:
+                    return ended
+                self._reconcile_commit()
+            if cancel:
+                raise asyncio.CancelledError
+            inv, step_at = self.current, self.resume_at
+            if step_at is None:
+                step = await self._step(inv)
+            else:  # the journal ended after a finish or a handoff was accepted
+                turn = inv.last_turn()
+                if turn is not None and inv.pending_calls():
+                    await self._run_calls(inv, turn)
+                step = step_at
+            if isinstance(step, Finished):
+                return self._complete(step.final_text)
+            if isinstance(step, Stopped):
+                return self._fail(step.code, step.message)
+            if isinstance(step, HandedOff):
+                self.current = step.target
+                self._invocation_started(step.target)
+            return step
+        except asyncio.CancelledError:
+            self._pair_pending(self.current, cancelled=True)
+            self._end("run_cancelled", ErrorCode.RUN_CANCELLED, "The run was cancelled.")
+            if not cancel:
+                raise
+            return RunResult(
+                self.run.id,
+                "cancelled",
+                self.rounds,
+                self.commits_confirmed,
+                ErrorCode.RUN_CANCELLED.value,
+                "The run was cancelled.",
+                self.floor,
+            )
+        except ModelError as exc:
+            return self._fail(ErrorCode.MODEL_REQUEST_FAILED, str(exc))
+        except (OSError, WorkspaceEscape) as exc:
+            return self._storage_failed(exc)
 
     def close(self) -> None:
         self.journal.close()

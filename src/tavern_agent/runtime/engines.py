@@ -1,0 +1,139 @@
+"""The engine port: where a run's steps execute, behind one small interface.
+
+:class:`LocalEngine` runs the loop in this process (the default: one user, one
+machine). :class:`TemporalEngine` submits the run as a workflow to a Temporal
+server, whose workers take its steps (``tavern-agent worker``); this process
+follows the run's journal on the shared data root. Both write the same run
+folder and the same journal, so ``runs show`` reads either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Protocol
+
+from tavern_agent import run_layout
+from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ModelGateway, ReplayGateway
+from tavern_agent.runtime.journal import Listener, read_events
+from tavern_agent.runtime.loop import Engine, RunResult
+from tavern_agent.runtime.run import Run
+
+FOLLOW_EVERY = 0.1  # seconds between looks at a remote run's journal
+
+
+class RunEngine(Protocol):
+    """Executes a started run to its end, and cancels a run."""
+
+    async def execute(self, run: Run, listeners: tuple[Listener, ...] = ()) -> RunResult:
+        """Drive ``run`` (fresh from :meth:`Run.start`) until it ends."""
+        ...
+
+    async def cancel(self, run: Run) -> RunResult:
+        """End ``run`` as cancelled, its open calls paired (an ended run stays as it is)."""
+        ...
+
+
+def gateway_for(record: dict[str, Any] | None) -> ModelGateway:
+    """The model gateway a run's record names (replayed responses, or an HTTP model)."""
+    if record is None:
+        raise ValueError("the run records no model to ask")
+    if record.get("kind") == "replay":
+        return ReplayGateway(Path(record["dir"]))
+    config = ModelConfig(
+        ModelProtocol(record["protocol"]),
+        record["model"],
+        record["baseUrl"],
+        api_key_env=record.get("apiKeyEnv"),
+    )
+    return HttpGateway(config)
+
+
+class LocalEngine:
+    """The loop in this process, with the given gateway."""
+
+    def __init__(self, gateway: ModelGateway) -> None:
+        self.gateway = gateway
+
+    async def execute(self, run: Run, listeners: tuple[Listener, ...] = ()) -> RunResult:
+        engine = Engine(run, self.gateway, listeners=listeners)
+        try:
+            return await engine.start()
+        finally:
+            engine.close()
+
+    async def cancel(self, run: Run) -> RunResult:
+        """Cancel a run that is not running (a live local run is cancelled with Ctrl-C)."""
+        engine = Engine(run, self.gateway)
+        try:
+            ended = await engine.step_once(cancel=True)
+        finally:
+            engine.close()
+        assert isinstance(ended, RunResult)
+        return ended
+
+
+class TemporalEngine:
+    """Runs as workflows on the Temporal server at ``address`` (HOST:PORT)."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        task_queue: str | None = None,
+        heartbeat_seconds: float = 10.0,
+    ) -> None:
+        from tavern_agent.temporal.workflow import DEFAULT_TASK_QUEUE
+
+        self.address = address
+        self.task_queue = task_queue or DEFAULT_TASK_QUEUE
+        self.heartbeat_seconds = heartbeat_seconds
+
+    async def execute(self, run: Run, listeners: tuple[Listener, ...] = ()) -> RunResult:
+        from tavern_agent.temporal.worker import connect
+        from tavern_agent.temporal.workflow import WORKFLOW_NAME, RunInput, StepOutcome
+
+        client = await connect(self.address)
+        handle = await client.start_workflow(
+            WORKFLOW_NAME,
+            RunInput(str(run.run_dir), self.heartbeat_seconds),
+            id=run.id,
+            task_queue=self.task_queue,
+            result_type=StepOutcome,
+        )
+        result = asyncio.ensure_future(handle.result())
+        journal = run.run_dir / run_layout.JOURNAL_FILE
+        seen = 0
+        while True:
+            done = result.done()
+            for event in read_events(journal)[seen:]:
+                seen += 1
+                for listener in listeners:
+                    listener(event)
+            if done:
+                return result_of(run.id, result.result())
+            await asyncio.wait([result], timeout=FOLLOW_EVERY)
+
+    async def cancel(self, run: Run) -> RunResult:
+        from tavern_agent.temporal.worker import connect
+        from tavern_agent.temporal.workflow import StepOutcome
+
+        client = await connect(self.address)
+        handle = client.get_workflow_handle(run.id, result_type=StepOutcome)
+        await handle.cancel()
+        return result_of(run.id, await handle.result())
+
+
+def result_of(run_id: str, outcome: Any) -> RunResult:
+    """A workflow's outcome (a ``StepOutcome``) as the run's result."""
+    return RunResult(
+        run_id,
+        outcome.status or "failed",
+        outcome.rounds,
+        outcome.commits,
+        outcome.error_code,
+        outcome.message,
+        outcome.floor,
+        outcome.final_text,
+    )

@@ -1,0 +1,47 @@
+"""A worker process: polls a task queue for run workflows and their steps."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from tavern_agent.assembly import Assembly
+from tavern_agent.mcp.approval import Approver
+from tavern_agent.temporal.activities import RunActivities
+from tavern_agent.temporal.workflow import DEFAULT_TASK_QUEUE, RunWorkflow
+
+# A workflow's next task waits this long for the worker that ran its last one
+# (which holds its history cached) before any worker may take it: short, so that
+# runs move on quickly when that worker is gone.
+STICKY_WAIT = timedelta(seconds=2)
+
+
+async def connect(address: str, namespace: str = "default") -> Client:
+    """A client of the Temporal server at ``address`` (HOST:PORT)."""
+    return await Client.connect(address, namespace=namespace)
+
+
+async def serve(
+    address: str,
+    data_dir: Path,
+    *,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    concurrency: int = 8,
+    approver: Approver | None = None,
+) -> None:
+    """Run a worker until cancelled: up to ``concurrency`` steps at once."""
+    client = await connect(address)
+    async with await Assembly.open(data_dir, approver=approver) as assembly:
+        activities = RunActivities(assembly)
+        worker = Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[RunWorkflow],
+            activities=[activities.run_step, activities.run_cancel],
+            max_concurrent_activities=concurrency,
+            sticky_queue_schedule_to_start_timeout=STICKY_WAIT,
+        )
+        await worker.run()
