@@ -209,3 +209,42 @@ def test_a_killed_worker_s_run_finishes_on_another_with_one_commit(
     events = kinds(run.run_dir)
     assert events.count("tool_call_requested") == 3  # no call ran twice
     assert events[-1] == "run_completed"
+
+
+def test_runs_cancel_cancels_the_workflow_and_ends_the_run(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    chat = write_chat(tmp_path / "chat.jsonl", ["We reach the ford.", "Seraphina waits."])
+    workers = Workers(temporal_server, data, "cancel")
+    workers.start()
+    engine = TemporalEngine(temporal_server, task_queue="cancel")
+
+    async def scenario(server: OpenAIServer) -> tuple[Run, RunResult, str]:
+        record = {"kind": "http", "protocol": "openai_chat", "model": "local"}
+        record |= {"baseUrl": server.base_url, "apiKeyEnv": None}
+        async with await Assembly.open(data, pages=False) as assembly:
+            protocol = ModelProtocol.OPENAI_CHAT
+            spec = RunSpec(profile(), protocol, chat_file=chat, seed=7, model=record)
+            run = Run.start(assembly, spec)
+        running = asyncio.ensure_future(engine.execute(run))
+        while "model_request" not in kinds(run.run_dir):  # the model never answers
+            await asyncio.sleep(0.1)
+        cancel = [sys.executable, "-m", "tavern_agent", "--data-dir", str(data), "runs"]
+        cancel += ["cancel", run.id, "--temporal", temporal_server, "--task-queue", "cancel"]
+        env = os.environ | {"PYTHONPATH": str(ROOT)}
+        done = await asyncio.to_thread(
+            subprocess.run, cancel, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return run, await asyncio.wait_for(running, 60), done.stdout.strip()
+
+    try:
+        with OpenAIServer([], hang=True) as server:
+            run, result, said = asyncio.run(scenario(server))
+    finally:
+        workers.stop_all()
+    assert said == f"{run.id}: cancelled"
+    assert (result.status, result.error_code) == ("cancelled", "run.cancelled")
+    events = kinds(run.run_dir)
+    assert events[-1] == "run_cancelled" and events.count("run_cancelled") == 1

@@ -35,7 +35,7 @@ from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.core.redact import MASK
 from tavern_agent.mcp.approval import approver_for
 from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ModelGateway, ReplayGateway
-from tavern_agent.runtime.engines import LocalEngine, TemporalEngine, gateway_for
+from tavern_agent.runtime.engines import LocalEngine, TemporalEngine
 from tavern_agent.runtime.journal import Event, read_events
 from tavern_agent.runtime.loop import TERMINAL, Engine, ResumeRefused, RunResult
 from tavern_agent.runtime.run import (
@@ -544,11 +544,7 @@ def runs_cancel(
             run = Run.open(assembly, run_dir)
             if temporal is not None:
                 return await TemporalEngine(temporal, task_queue=task_queue).cancel(run)
-            gateway = gateway_for(run.record.get("model"))
-            try:
-                return await LocalEngine(gateway).cancel(run)
-            finally:
-                await gateway.aclose()
+            return await LocalEngine().cancel(run)
 
     try:
         result = asyncio.run(cancel())

@@ -15,7 +15,15 @@ from typing import Any, Protocol
 
 from tavern_agent import run_layout
 from tavern_agent.core.naming import ModelProtocol
-from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ModelGateway, ReplayGateway
+from tavern_agent.providers.gateway import (
+    HttpGateway,
+    ModelConfig,
+    ModelError,
+    ModelGateway,
+    ModelReply,
+    ModelRequest,
+    ReplayGateway,
+)
 from tavern_agent.runtime.journal import Listener, read_events
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run
@@ -50,11 +58,21 @@ def gateway_for(record: dict[str, Any] | None) -> ModelGateway:
     return HttpGateway(config)
 
 
+class NoModel:
+    """The gateway of a cancellation, which never asks the model."""
+
+    async def respond(self, request: ModelRequest) -> ModelReply:
+        raise ModelError("a cancelled run asks no model")
+
+    async def aclose(self) -> None:
+        return None
+
+
 class LocalEngine:
     """The loop in this process, with the given gateway."""
 
-    def __init__(self, gateway: ModelGateway) -> None:
-        self.gateway = gateway
+    def __init__(self, gateway: ModelGateway | None = None) -> None:
+        self.gateway = gateway or NoModel()
 
     async def execute(self, run: Run, listeners: tuple[Listener, ...] = ()) -> RunResult:
         engine = Engine(run, self.gateway, listeners=listeners)
@@ -65,7 +83,7 @@ class LocalEngine:
 
     async def cancel(self, run: Run) -> RunResult:
         """Cancel a run that is not running (a live local run is cancelled with Ctrl-C)."""
-        engine = Engine(run, self.gateway)
+        engine = Engine(run, NoModel())
         try:
             ended = await engine.step_once(cancel=True)
         finally:

@@ -1,0 +1,71 @@
+"""One step per fresh engine (the durable engine's unit of work) and ``runs cancel``."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+from tavern_agent.runtime.loop import RunResult
+from tavern_agent.runtime.run import Run
+from tavern_agent.runtime.scripted import Script, call, calls
+from tavern_agent.runtime.turns import NextRound
+from tests.runtime.helpers import COMMIT, FINISH, Harness, events, results, types, write
+
+CANCEL = ("runs", "cancel")
+SCRIPT: Script = [
+    calls(("chat_search", {"query": "bridge"}), write("Seraphina wades in first.")),
+    call(*COMMIT),
+    call(*FINISH),
+]
+
+
+def step_to_end(h: Harness, script: Script) -> tuple[Run, list[str], RunResult]:
+    """Drive a run with a new engine (and run) for every step, as workers do."""
+    run = h.start()
+    outcomes: list[str] = []
+    while True:
+        engine = h.engine(Run.open(h.assembly, run.run_dir), script)
+        try:
+            step = asyncio.run(engine.step_once())
+        finally:
+            engine.close()
+        if isinstance(step, RunResult):
+            return run, outcomes, step
+        outcomes.append(type(step).__name__)
+
+
+def test_fresh_engine_steps_give_the_journal_of_one_loop(tmp_path: Path) -> None:
+    looped = Harness(tmp_path / "loop")
+    run, result = looped.drive(SCRIPT)
+    stepped = Harness(tmp_path / "steps")
+    stepped_run, outcomes, ended = step_to_end(stepped, SCRIPT)
+    # three model rounds and two turns of calls before the finish ends the run
+    assert outcomes == ["NextRound"] * 5
+    assert (ended.status, ended.commits, ended.rounds) == ("completed", 2, 3)
+    assert (result.status, result.commits, result.rounds) == ("completed", 2, 3)
+    assert types(stepped_run) == types(run)
+    assert stepped.chat_messages()[3]["mes"] == looped.chat_messages()[3]["mes"]
+
+
+def test_runs_cancel_pairs_the_open_calls_of_a_stopped_local_run(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    run = h.start()
+    engine = h.engine(run, SCRIPT)
+    try:  # the model's first turn is stored; its two calls have not run
+        assert asyncio.run(engine.step_once()) == NextRound()
+    finally:
+        engine.close()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tavern_agent", "--data-dir", str(h.data.path), *CANCEL, run.id],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"{run.id}: cancelled"
+    paired = [r["errorCode"] for r in results(run)]
+    assert paired == ["run.cancelled", "run.cancelled"]
+    assert [e["type"] for e in events(run)][-1] == "run_cancelled"
+    assert len(h.chat_messages()) == 3  # nothing was committed
