@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.worker import Replayer
 
 from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly, ChatSource
@@ -29,6 +30,7 @@ from tavern_agent.runtime.journal import read_events
 from tavern_agent.runtime.loop import RunResult
 from tavern_agent.runtime.run import Run, RunSpec
 from tavern_agent.temporal.worker import connect
+from tavern_agent.temporal.workflow import RunWorkflow
 from tests.chat.helpers import write_chat
 from tests.runtime.helpers import profile
 from tests.runtime.openai_server import OpenAIServer
@@ -132,6 +134,13 @@ async def _workers_of(address: str, run_ids: list[str]) -> set[str]:
     return seen
 
 
+async def _replay(address: str, run_id: str) -> None:
+    """Replay a recorded history against today's workflow code (raises on nondeterminism)."""
+    client = await connect(address)
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    await Replayer(workflows=[RunWorkflow]).replay_workflow(history)
+
+
 def test_concurrent_runs_spread_over_two_workers_each_commit_once(
     temporal_server: str, tmp_path: Path
 ) -> None:
@@ -144,6 +153,7 @@ def test_concurrent_runs_spread_over_two_workers_each_commit_once(
     async def scenario() -> tuple[list[Run], list[RunResult], set[str]]:
         runs = await _start_replays(data, tmp_path, 10)
         results = await asyncio.gather(*(engine.execute(run) for run in runs))
+        await _replay(temporal_server, runs[0].id)
         return runs, list(results), await _workers_of(temporal_server, [r.id for r in runs])
 
     try:
@@ -237,7 +247,9 @@ def test_runs_cancel_cancels_the_workflow_and_ends_the_run(
             subprocess.run, cancel, env=env, capture_output=True, text=True, timeout=60
         )
         assert done.returncode == 0, done.stderr
-        return run, await asyncio.wait_for(running, 60), done.stdout.strip()
+        result = await asyncio.wait_for(running, 60)
+        await _replay(temporal_server, run.id)  # the cancellation path is deterministic too
+        return run, result, done.stdout.strip()
 
     try:
         with OpenAIServer([], hang=True) as server:

@@ -388,8 +388,23 @@ def run_command(
             console.print(f"[red]{ErrorCode.RUN_STORAGE_FAILED}[/]: {markup(result.message)}")
             console.print(f"free space, then continue with: tavern-agent run --resume {run.id}")
         console.print(f"[dim]run folder: {markup(str(run.run_dir))}[/]")
-    if result.status not in ("completed", "partial_success"):
-        sys.exit(1)
+    code = 0 if result.status in ("completed", "partial_success") else 1
+    if engine_name == "temporal":
+        exit_after_temporal(code)
+    if code:
+        sys.exit(code)
+
+
+def exit_after_temporal(code: int) -> None:
+    """Exit without interpreter teardown once a Temporal client was used.
+
+    The SDK's client keeps native threads that can abort the process while the
+    interpreter finalizes (temporalio/sdk-python#300): the answer is printed, so
+    skipping the teardown loses nothing.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _text(value: Any) -> str | None:
@@ -551,3 +566,5 @@ def runs_cancel(
     except (ValueError, ResumeRefused) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"{result.run_id}: {result.status}")
+    if temporal is not None:
+        exit_after_temporal(0)
