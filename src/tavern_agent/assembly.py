@@ -317,10 +317,11 @@ class Assembly:
             context=context,
         )
         mount = self.data.chat_mount_dir(stable)
+        chat_run = ChatRun(repo, run_input, run_id=run_id, profile_id=profile_id, index_dir=mount)
+        chat_run.prime(chat, stamp)  # no second read of the chat at the first chat tool call
+        # Started before the floor sync, whose file writes leave the worker the CPU.
+        chat_run.index_in_background()
         sync_floors(chat, mount)
         prepare_run_mount(run_root, run_input)
         run_input.save(run_root)
-        chat_run = ChatRun(repo, run_input, run_id=run_id, profile_id=profile_id, index_dir=mount)
-        chat_run.prime(chat, stamp)  # no second read of the chat at the first chat tool call
-        chat_run.index_in_background()  # ready, or well on its way, by the first chat_search
         return chat_run, chat, run_root

@@ -44,6 +44,7 @@ from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.profile import ShellLimits
 from tavern_agent.core.results import ToolError, ToolFailure, ToolOutcome
 from tavern_agent.tools.builtin.registry import Offer, builtin_tool
+from tavern_agent.tools.builtin.shell_jq import jq_command
 from tavern_agent.tools.builtin.shell_js import JsLimits, node_command
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.results import LongResultStep
@@ -143,6 +144,7 @@ def new_sandbox(
         output_bytes=JS_OUTPUT_CHARS,
     )
     node = node_command(js)
+    builtins = {"node": node, "js": node, "jq": jq_command(js)}
     bash = BashTool(
         cwd=cwd,
         env=_PYTHON_ENV,
@@ -151,7 +153,7 @@ def new_sandbox(
         max_commands=limits.max_commands,
         max_loop_iterations=limits.max_loop_iterations,
         max_memory=limits.max_memory_bytes,
-        custom_builtins={"node": node, "js": node},
+        custom_builtins=builtins,
     )
     mounts = plan_mounts(ws) if mounts is None else mounts
     if any(m.vfs_path.startswith("/skills/") for m in mounts):  # a filtered skills library
