@@ -2,11 +2,13 @@
 
 * a 100,000-floor SillyTavern chat (about 100 MB of JSONL; one floor in ten is
   Chinese or Japanese) is written to a temporary folder;
-* **cold search**: the first ``chat_search`` call of a run, which loads the file
-  and builds the BM25 index (load and index are also shown on their own): in the
-  first run ever on the chat (which also saves the index beside the chat mount),
-  in a later run (which loads the saved index), and in a run after 1,000 floors
-  were appended (which updates the saved index);
+* **cold search**: the first ``chat_search`` call of a run, made right after
+  the run started (the run start reads the chat once and starts the index build
+  on a worker thread, then syncs the floor mount): in the first run ever on the
+  chat, in a run whose floor mount exists but whose saved index was deleted (the
+  call waits for most of the build), in a later run (saved index), and in a run
+  after 1,000 floors were appended (saved index updated). Load and index build
+  are also shown alone, and each run start's time;
 * **warm search**: the median of 30 further, different queries;
 * **read_messages**: the median of 30 calls reading 5 floors each;
 * **activation**: a 5,000-entry lorebook (2-3 keys per entry, some whole-word,
@@ -33,9 +35,8 @@ from typing import Any
 from tavern_agent.assembly import Assembly, ChatSource
 from tavern_agent.chat.activation import ScanMessage, activate
 from tavern_agent.chat.formats import ChatFile, new_message, parse_world
-from tavern_agent.chat.index_store import docs
+from tavern_agent.chat.index_store import load_or_build
 from tavern_agent.chat.repository import FileChatRepository
-from tavern_agent.chat.search import ChatIndex
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
@@ -153,11 +154,16 @@ async def main(floors: int) -> None:
             assert not result.result.is_error, result.result.content
             return elapsed
 
-        # First run ever on this chat: load, build the index, save it beside the mount.
+        # First run ever on this chat: load, start the index build on a worker thread, sync
+        # the floor mount (100,000 floors as files), then the first search.
         cold = await call(new_run(), "chat_search", {"query": "森林 神殿"})
         t0 = time.perf_counter()
-        ChatIndex(docs(chat.messages))
+        load_or_build(chat, None)
         rebuilt = time.perf_counter() - t0
+        # The mount is in place but the saved index is gone: the search waits for the build.
+        for saved in (Path(tmp) / "data").glob("chats/*/mount/search-index.bin"):
+            saved.unlink()
+        cold_unsaved = await call(new_run(), "chat_search", {"query": "森林 神殿"})
         # A later run on the same chat: load, then the saved index.
         gate = new_run()
         cold_saved = await call(gate, "chat_search", {"query": "森林 神殿"})
@@ -178,18 +184,23 @@ async def main(floors: int) -> None:
         path.write_bytes(grown.encode())
         cold_grown = await call(new_run(), "chat_search", {"query": "森林 神殿"})
         print(f"load (parse {size / 1e6:,.0f} MB JSONL):          {ms(load)}")
-        print(f"index build (BM25, alone):             {ms(rebuilt)}")
-        print(f"cold chat_search, first run ever (load + index + save + query): {ms(cold)}")
-        print(f"cold chat_search, saved index (load + index file + query): {ms(cold_saved)}")
-        print(f"cold chat_search, saved index, 1,000 floors appended: {ms(cold_grown)}")
-        print("   goal < 3,000 ms")
+        print(f"index build alone (the wait if nothing ran beside it): {ms(rebuilt)}")
+        print("first chat_search of a run, right after the run started (goal < 3,000 ms):")
+        for label, took in [
+            ("first run ever on the chat (index built during run start)", cold),
+            ("floor mount in place, no saved index (waits for the build)", cold_unsaved),
+            ("later run, saved index", cold_saved),
+            ("saved index, 1,000 floors appended", cold_grown),
+        ]:
+            print(f"  {label + ':':<62}{ms(took):>12}  {'met' if took < 3 else 'NOT met'}")
         print(
-            "run start before each (load, freeze, floor mount sync): "
+            "run start (load, freeze, index build started, floor mount sync), runs 1-4: "
             + ", ".join(ms(s) for s in setups)
         )
+        median = statistics.median(warm)
         print(
-            f"warm chat_search, median of {len(warm)}:        {ms(statistics.median(warm))}"
-            f"   goal < 50 ms (max {ms(max(warm))})"
+            f"warm chat_search, median of {len(warm)}:        {ms(median)}"
+            f"   goal < 50 ms: {'met' if median < 0.05 else 'NOT met'} (max {ms(max(warm))})"
         )
         print(f"chat_read_messages (5 floors), median: {ms(statistics.median(reads))}")
 
@@ -206,7 +217,8 @@ async def main(floors: int) -> None:
             runs.append(time.perf_counter() - t0)
         print(
             f"activation, 5,000 entries x 50 messages, median of 20: {ms(statistics.median(runs))}"
-            f"   goal < 100 ms ({active} active; first call, compiling the book: {ms(first)})"
+            f"   goal < 100 ms: {'met' if statistics.median(runs) < 0.1 else 'NOT met'}"
+            f" ({active} active; first call, compiling the book: {ms(first)})"
         )
 
 

@@ -119,7 +119,10 @@ async def test_page_tools_are_called_through_the_gate(
 
     failed = await call(gate, "fails", "{}")
     assert failed.error_code is ErrorCode.EXTENSION_TOOL_ERROR
-    assert failed.content == "fails failed: the page says no"
+    assert failed.content == (
+        "fails failed: the page says no. Try other arguments, or go on without it."
+    )
+    assert failed.structured["details"]["error"]["message"] == "the page says no"
 
     # A tool that never answers times out; its signal aborts; the late receipt is ignored.
     timed_out = await call(gate, "silent", "{}")

@@ -151,7 +151,30 @@ async def test_invalid_arguments_never_reach_the_function(
 async def test_exception_becomes_error_result_with_its_message(reg: ExtensionRegistry) -> None:
     result = await call(gate_for(reg), "broken", '{"reason": "storm"}')
     assert result.is_error and result.error_code is ErrorCode.EXTENSION_TOOL_ERROR
-    assert result.content == "broken failed: station offline: storm"
+    assert result.content == (
+        "broken failed: station offline: storm. Try other arguments, or go on without it."
+    )
+
+
+async def test_exception_text_reaches_the_model_short_and_path_free(
+    reg: ExtensionRegistry, tmp_path: Path
+) -> None:
+    secret = tmp_path / "home" / "user" / "station.db"
+
+    @reg.tool(extension_id="weather", name="leaky", description="Fails with a host path.")
+    def leaky() -> None:
+        raise OSError(f"cannot open {secret}: locked\n  more detail on line two")
+
+    result = await call(gate_for(reg), "leaky", "{}")
+    assert result.content == (
+        "leaky failed: cannot open <path>: locked. Try other arguments, or go on without it."
+    )
+    assert str(tmp_path) not in result.content
+    # The full text stays in the stored result, which the model is not sent.
+    details = result.structured["details"]
+    assert details["exception"] == "OSError"
+    assert details["message"] == f"cannot open {secret}: locked\n  more detail on line two"
+    assert "raise OSError" in details["traceback"]
 
 
 async def test_non_json_return_names_the_type(reg: ExtensionRegistry) -> None:

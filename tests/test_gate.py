@@ -309,7 +309,7 @@ async def test_a_child_calling_commit_is_told_to_return_with_task_return(
     snapshot = assembly.snapshot(writer, Scene.CHAT, child=True)
     result = await call(assembly.gate(snapshot), "workspace_commit", {"reason": "done"})
     assert result.error_code is ErrorCode.MODEL_UNKNOWN_TOOL_CALL
-    assert "return your result with task_return" in result.content
+    assert "Delegated agents return their result with task_return instead." in result.content
     assert "Did you mean" not in result.content
 
 

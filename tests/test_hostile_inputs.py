@@ -117,3 +117,46 @@ def test_a_hostile_input_file_is_refused_in_one_line_or_used(
     assert len(lines) == 1, err
     assert str(target) in lines[0] and len(lines[0]) < 400
     assert hashlib.sha256(target.read_bytes()).hexdigest() == before
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data root holding one finished run of the example."""
+    root = tmp_path_factory.mktemp("recorded")
+    shutil.copyfile(EXAMPLES / "chat.jsonl", root / "chat.jsonl")
+    args = ["--data-dir", str(root / "data"), "run", str(root / "chat.jsonl"), "--json"]
+    args += [
+        "--profile",
+        str(EXAMPLES / "profile.json"),
+        "--replay",
+        str(EXAMPLES / "recorded-run"),
+    ]
+    main(args)  # returns: the run completed
+    return root
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+@pytest.mark.parametrize("name", ["run.json", "events.jsonl"])
+def test_a_damaged_run_record_is_listed_or_refused_in_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    recorded: Path,
+    name: str,
+    payload: str,
+) -> None:
+    shutil.copytree(recorded, tmp_path / "copy")
+    data = tmp_path / "copy" / "data"
+    run_dir = next(data.glob("chats/*/runs/*"))
+    target = run_dir / name
+    target.write_bytes(plant(target.read_bytes(), payload))
+    capsys.readouterr()
+    for args in (
+        ["runs", "list"],
+        ["runs", "show", run_dir.name],
+        ["run", "--resume", run_dir.name],
+    ):
+        code, out, err = cli(capsys, "--data-dir", str(data), *args)
+        assert "Traceback" not in out + err
+        assert code in (0, 1, 2), (args, code)
+        if code:
+            assert len(err.strip().splitlines()) == 1 and str(run_dir) in err, (args, err)

@@ -9,6 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from tavern_agent.cli import cli
+from tavern_agent.core.errors import ErrorCode
+from tavern_agent.mcp import McpManager
 from tavern_agent.mcp.registrations import (
     DiscoveredCatalog,
     DiscoveredTool,
@@ -17,6 +19,8 @@ from tavern_agent.mcp.registrations import (
     import_mcp_servers,
     parse_registration,
 )
+
+from .mcp_helpers import call, gate_for
 
 
 def test_http_is_loopback_only_unless_allowed() -> None:
@@ -142,3 +146,18 @@ def test_unreadable_catalog_cache_counts_as_not_discovered(tmp_path: Path) -> No
     assert store.catalog("w") is None
     listing = CliRunner().invoke(cli, ["--data-dir", str(tmp_path), "mcp", "list"])
     assert listing.exit_code == 0 and "not discovered yet" in listing.output
+
+
+async def test_a_registration_broken_after_the_snapshot_refuses_the_call(tmp_path: Path) -> None:
+    async with McpManager(tmp_path / "data") as manager:
+        transport = {"type": "stdio", "command": "/nonexistent/server"}
+        reg = parse_registration({"id": "w", "displayName": "w", "transport": transport})
+        manager.store.save(reg.with_permissions({"read": "allow"}))
+        tools = (DiscoveredTool(name="read", input_schema={"type": "object"}),)
+        manager.store.save_catalog("w", DiscoveredCatalog(discovered_at=0, tools=tools))
+        gate = gate_for(manager, tmp_path / "ws")
+        (manager.store.registrations_dir / "w.json").write_text('{"id": "w", "newKey": 1}')
+        refused = await call(gate, "mcp__w__read")
+        assert refused.error_code is ErrorCode.MCP_SERVER_UNAVAILABLE
+        assert "registration file of its MCP server is broken" in refused.content
+        assert manager.pool.current("w") is None  # nothing was started

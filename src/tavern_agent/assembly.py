@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Self
 from tavern_agent.chat.formats import CharacterCard, ChatFile, WorldBook
 from tavern_agent.chat.mount import prepare_run_mount, sync_floors
 from tavern_agent.chat.repository import FileChatRepository
-from tavern_agent.chat.run_input import ChatRun, freeze
+from tavern_agent.chat.run_input import ChatRun, file_stamp, freeze, scan_context
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.ids import ToolId, ToolKind
 from tavern_agent.core.naming import ModelProtocol
@@ -59,6 +59,7 @@ from tavern_agent.workspace.store import Workspace
 
 if TYPE_CHECKING:
     from tavern_agent.chat.activation import ActivationSettings
+    from tavern_agent.chat.st_data import StSelection
 
 log = logging.getLogger(__name__)
 Closer = Callable[[], Awaitable[None]]
@@ -69,8 +70,13 @@ class ChatSource:
     """The chat a run or a call works on, as the user gave it.
 
     ``books`` are the world info files to activate; a ``card``'s embedded
-    lorebook is activated too. ``seed`` makes activation's random choices
-    repeatable; ``settings`` are the world info settings (defaults if ``None``).
+    lorebook is activated too unless ``card_book`` is false (a SillyTavern
+    folder uses the imported copy in ``worlds/`` instead). ``seed`` makes
+    activation's random choices repeatable; ``settings`` are the world info
+    settings (defaults if ``None``). The rest is what a SillyTavern folder
+    knows (:func:`from_st_data`): the persona (``{{user}}`` and its
+    description), the card's file stem and tags (character filters) and a
+    group's member names.
     """
 
     chat_file: Path
@@ -78,6 +84,29 @@ class ChatSource:
     card: CharacterCard | None = None
     seed: int | None = None
     settings: ActivationSettings | None = None
+    card_book: bool = True
+    user_name: str | None = None
+    persona: str = ""
+    character_file: str = ""
+    character_tags: frozenset[str] | None = None
+    group_members: tuple[str, ...] = ()
+
+    @classmethod
+    def from_st_data(cls, selection: StSelection, *, seed: int | None = None) -> ChatSource:
+        """The chat a ``--st-data`` selection names, with its books, settings and persona."""
+        return cls(
+            selection.chat_file,
+            selection.books,
+            selection.card,
+            seed,
+            selection.settings,
+            card_book=False,
+            user_name=selection.user_name,
+            persona=selection.persona,
+            character_file=selection.character_file,
+            character_tags=selection.character_tags,
+            group_members=selection.group_members,
+        )
 
 
 class Assembly:
@@ -251,17 +280,32 @@ class Assembly:
         lives under its chat's workspace). Loads the chat, activates world
         info, brings the chat workspace's shared floor mount up to date (its
         saved search index is reused), and writes the frozen input into the
-        run root. Raises ``ChatFormatError`` / ``OSError`` for a chat that
-        cannot be read. Returns the chat run, the chat and the run root.
+        run root. The search index is then loaded or built on a worker thread,
+        so it is ready, or well on its way, when the first ``chat_search``
+        comes. Raises ``ChatFormatError`` / ``OSError`` for a chat that cannot
+        be read. Returns the chat run, the chat and the run root.
         """
         repo = FileChatRepository(source.chat_file)
+        stamp = file_stamp(source.chat_file)
         chat = repo.load()
         stable = chat.stable_id(str(source.chat_file.resolve()))
         if callable(run_root):
             run_root = run_root(stable)
         books = list(source.books)
-        card_book = source.card.book() if source.card is not None else None
+        card = source.card
+        card_book = card.book() if card is not None and source.card_book else None
         books.extend([card_book] if card_book is not None else [])
+        character = (card.name if card is not None else "") or chat.speaker(user=False)
+        context = scan_context(
+            chat,
+            character=character,
+            card=card,
+            user=source.user_name,
+            persona=source.persona,
+            character_file=source.character_file,
+            character_tags=source.character_tags,
+            group=source.group_members,
+        )
         run_input = freeze(
             chat,
             stable,
@@ -269,11 +313,15 @@ class Assembly:
             books=books,
             settings=source.settings,
             rng=random.Random(source.seed),
-            character=source.card.name if source.card is not None else None,
+            character=character,
+            context=context,
         )
         mount = self.data.chat_mount_dir(stable)
+        chat_run = ChatRun(repo, run_input, run_id=run_id, profile_id=profile_id, index_dir=mount)
+        chat_run.prime(chat, stamp)  # no second read of the chat at the first chat tool call
+        # Started before the floor sync, whose file writes leave the worker the CPU.
+        chat_run.index_in_background()
         sync_floors(chat, mount)
         prepare_run_mount(run_root, run_input)
         run_input.save(run_root)
-        chat_run = ChatRun(repo, run_input, run_id=run_id, profile_id=profile_id, index_dir=mount)
         return chat_run, chat, run_root

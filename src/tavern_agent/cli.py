@@ -15,9 +15,15 @@ import click
 
 from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly, ChatSource
+from tavern_agent.chat import progress as index_progress
 from tavern_agent.chat.formats import ChatFormatError
 from tavern_agent.chat.run_input import ChatRun
-from tavern_agent.cli_options import mcp_ask_option
+from tavern_agent.cli_options import (
+    chat_source_from_files,
+    mcp_ask_option,
+    st_data_source,
+    world_info_options,
+)
 from tavern_agent.config import default_data_dir, profiles_dir, resolve_profile
 from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.calls import ToolCall
@@ -27,7 +33,6 @@ from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.core.results import CommitRequested, ExecutedCall
 from tavern_agent.extensions.cli import load_modules, serve_command
 from tavern_agent.fsutil import atomic_write
-from tavern_agent.inputs import InputError, load_card, load_world
 from tavern_agent.mcp.approval import approver_for
 from tavern_agent.mcp.cli import mcp_group
 from tavern_agent.runtime.cli import run_command, runs_group
@@ -213,10 +218,11 @@ def _parameter_lines(schema: Any) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print the whole AgentToolResult as JSON.")
 @click.option(
     "--chat",
-    "chat_file",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    "chat",
     default=None,
-    help="A SillyTavern chat (.jsonl) for the chat tools; a commit is written to it.",
+    metavar="CHAT",
+    help="A SillyTavern chat (.jsonl) for the chat tools; a commit is written to it. "
+    "With --st-data: the chat's file name, or 'latest'.",
 )
 @click.option(
     "--world",
@@ -227,11 +233,13 @@ def _parameter_lines(schema: Any) -> list[str]:
 )
 @click.option(
     "--character",
-    "character_file",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    "character",
     default=None,
-    help="A character card (JSON or PNG); its embedded lorebook is activated too.",
+    metavar="CARD",
+    help="A character card (JSON or PNG); its embedded lorebook is activated too. "
+    "With --st-data: the character's name.",
 )
+@world_info_options
 @click.option(
     "--run",
     "run_id",
@@ -252,9 +260,11 @@ def call_command(
     protocol: str,
     seed: int | None,
     as_json: bool,
-    chat_file: Path | None,
+    chat: str | None,
     world_files: tuple[Path, ...],
-    character_file: Path | None,
+    character: str | None,
+    st_data: Path | None,
+    group: str | None,
     run_id: str | None,
     mcp_ask: str,
 ) -> None:
@@ -267,11 +277,8 @@ def call_command(
     root = workspace or data_dir / "cli-workspace"
     reads_file = root / run_layout.CLI_READS_FILE
     call = ToolCall(f"call_{secrets.token_hex(8)}", name, MISSING if raw_args is None else raw_args)
-    if chat_file is None and (world_files or character_file or run_id):
-        raise click.UsageError("--world, --character and --run need --chat")
-    source = (
-        None if chat_file is None else _chat_source(chat_file, world_files, character_file, seed)
-    )
+    source = _call_source(st_data, chat, character, group, world_files, run_id, seed)
+    chat_file = source.chat_file if source is not None else None
     run_id = run_id or f"cli_{secrets.token_hex(6)}"
 
     async def run() -> tuple[ExecutedCall, ToolRequestGate, ChatRun | None]:
@@ -299,11 +306,15 @@ def call_command(
             return await gate.handle(call, round=1), gate, chat_run
 
     try:
-        executed, gate, chat_run = asyncio.run(run())
+        with index_progress.shown():  # a bar on stderr if chat_search waits for its index
+            executed, gate, chat_run = asyncio.run(run())
     except WorkspaceEscape as exc:
         say(f"tavern-agent: fatal: {exc}", err=True)
         sys.exit(1)
-    save_reads(reads_file, gate.reads)
+    try:
+        save_reads(reads_file, gate.reads)
+    except OSError as exc:  # a convenience for the next call; the result still counts
+        say(f"tavern-agent: note: what this call read is not remembered: {exc}", err=True)
     result = executed.result
     if isinstance(executed.effect, CommitRequested) and chat_run is not None:
         assert gate.workspace is not None
@@ -315,7 +326,7 @@ def call_command(
             err=True,
         )
         if receipt.merged:
-            click.echo(f"tavern-agent: the chat had changed: {receipt.merged}", err=True)
+            say(f"tavern-agent: the chat had changed: {receipt.merged}", err=True)
     if as_json:
         payload = result.to_json() | {"effect": type(executed.effect).__name__}
         click.echo(json.dumps(payload, ensure_ascii=False, indent=2))
@@ -325,16 +336,32 @@ def call_command(
         say(result.content)
 
 
-def _chat_source(
-    chat_file: Path, world_files: tuple[Path, ...], character_file: Path | None, seed: int | None
-) -> ChatSource:
-    """The chat side of a CLI call: the chat, its world info files and card."""
-    try:
-        books = tuple(load_world(p) for p in world_files)
-        card = load_card(character_file) if character_file is not None else None
-    except InputError as exc:
-        raise click.UsageError(str(exc)) from None
-    return ChatSource(chat_file, books, card, seed)
+def _call_source(
+    st_data: Path | None,
+    chat: str | None,
+    character: str | None,
+    group: str | None,
+    world_files: tuple[Path, ...],
+    run_id: str | None,
+    seed: int | None,
+) -> ChatSource | None:
+    """The chat side of a CLI call: from a SillyTavern folder, or from files given one by one."""
+    if st_data is not None:
+        return st_data_source(
+            st_data,
+            character=character,
+            chat=chat,
+            group=group,
+            extra_worlds=world_files,
+            seed=seed,
+        )
+    if group is not None:
+        raise click.UsageError("--group needs --st-data")
+    if chat is None:
+        if world_files or character or run_id:
+            raise click.UsageError("--world, --character and --run need --chat (or --st-data)")
+        return None
+    return chat_source_from_files(Path(chat), character, world_files, seed)
 
 
 @cli.group()
@@ -420,3 +447,6 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         sys.exit(130)
+    except OSError as exc:  # a full or failing disk: one line naming the file, not a traceback
+        say(f"tavern-agent: error: storage failed: {exc}", err=True)
+        sys.exit(1)

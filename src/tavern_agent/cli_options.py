@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
+from tavern_agent.assembly import ChatSource
+from tavern_agent.chat.activation import ActivationSettings
+from tavern_agent.chat.st_data import LATEST, StDataError, open_st_data
+from tavern_agent.inputs import InputError, load_card, load_world
 from tavern_agent.mcp.approval import ASK_MODES
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -23,3 +29,106 @@ def mcp_ask_option(f: F) -> F:
         "or answer every such call at once.",
     )
     return option(f)
+
+
+# ---------------------------------------------------------------- SillyTavern data and world info
+
+_WI_META = "tavern_agent.world_info"
+
+# flag → (ActivationSettings field, click type, help)
+_WI_FLAGS: tuple[tuple[str, str, Any, str], ...] = (
+    ("--wi-depth", "scan_depth", int, "Messages world info scans (SillyTavern: scan depth)."),
+    ("--wi-case-sensitive/--wi-case-insensitive", "case_sensitive", None, "Keys match case."),
+    ("--wi-whole-words/--wi-substrings", "match_whole_words", None, "Keys match whole words."),
+    ("--wi-include-names/--wi-no-names", "include_names", None, "Scan 'name: message'."),
+    ("--wi-recursive/--wi-no-recursion", "recursive", None, "Activated entries' text is scanned."),
+    ("--wi-max-recursion-steps", "max_recursion_steps", int, "Scan passes at most (0: no cap)."),
+    ("--wi-min-activations", "min_activations", int, "Scan deeper until this many activate."),
+    ("--wi-min-activations-depth-max", "min_activations_depth_max", int, "Deepest such scan."),
+    ("--wi-budget", "budget_percent", float, "World info budget, % of --wi-context."),
+    ("--wi-budget-cap", "budget_cap", int, "World info budget cap in tokens (0: none)."),
+    ("--wi-context", "max_context", int, "Model context in tokens the budget is a share of."),
+    ("--wi-group-scoring/--wi-no-group-scoring", "use_group_scoring", None, "Group scoring."),
+)
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if value is not None and param.name is not None:
+        ctx.meta.setdefault(_WI_META, {})[param.name] = value
+
+
+def world_info_options(f: F) -> F:
+    """``--st-data``, ``--group`` and the world info setting flags (``--wi-…``).
+
+    The flags override SillyTavern's ``settings.json`` (with ``--st-data``) or
+    the defaults; read them back with :func:`world_info_settings`.
+    """
+    for flag, name, kind, text in reversed(_WI_FLAGS):
+        decls = [flag, name]
+        extra: dict[str, Any] = {"is_flag": True} if kind is None else {"type": kind}
+        option = click.option(
+            *decls, default=None, expose_value=False, callback=_remember, help=text, **extra
+        )
+        f = option(f)
+    f = click.option(
+        "--group",
+        "group",
+        default=None,
+        metavar="NAME",
+        help="With --st-data: a group chat of the group NAME (--character picks who replies).",
+    )(f)
+    return click.option(
+        "--st-data",
+        "st_data",
+        type=click.Path(path_type=Path, file_okay=False, exists=True),
+        default=None,
+        help="A SillyTavern data/<user>/ folder: --character is a name there, the chat "
+        "a file name or 'latest', and its lorebooks and settings apply.",
+    )(f)
+
+
+def world_info_settings(base: ActivationSettings | None = None) -> ActivationSettings:
+    """``base`` (or the defaults) with the ``--wi-…`` flags given on this command line."""
+    given = click.get_current_context().meta.get(_WI_META, {})
+    return dataclasses.replace(base or ActivationSettings(), **given)
+
+
+def st_data_source(
+    st_data: Path,
+    *,
+    character: str | None,
+    chat: str | None,
+    group: str | None,
+    extra_worlds: tuple[Path, ...] = (),
+    seed: int | None = None,
+) -> ChatSource:
+    """The chat source ``--st-data`` names (usage errors say what the folder holds)."""
+    try:
+        selection = open_st_data(st_data, character=character, chat=chat or LATEST, group=group)
+        extra = tuple(load_world(p) for p in extra_worlds)
+    except (StDataError, InputError) as exc:
+        raise click.UsageError(str(exc)) from None
+    for note in selection.notes:
+        click.echo(f"tavern-agent: note: {note}", err=True)
+    source = ChatSource.from_st_data(selection, seed=seed)
+    return dataclasses.replace(
+        source, books=source.books + extra, settings=world_info_settings(selection.settings)
+    )
+
+
+def chat_source_from_files(
+    chat_file: Path, character: str | None, world_files: tuple[Path, ...], seed: int | None
+) -> ChatSource:
+    """The chat source of a chat file, a card file and lorebook files given one by one."""
+    if not chat_file.is_file():
+        raise click.UsageError(f"no chat file {chat_file}")
+    card_file = Path(character) if character is not None else None
+    if card_file is not None and not card_file.is_file():
+        raise click.UsageError(f"no card file {card_file} (a name needs --st-data)")
+    try:
+        books = tuple(load_world(p) for p in world_files)
+        card = load_card(card_file) if card_file is not None else None
+    except InputError as exc:
+        raise click.UsageError(str(exc)) from None
+    stem = card_file.stem if card_file is not None else ""
+    return ChatSource(chat_file, books, card, seed, world_info_settings(), character_file=stem)

@@ -68,9 +68,11 @@ def _write_temp(
             handle.flush()
             if durable:
                 os.fsync(handle.fileno())
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(where, dir_fd=dir_fd)
+        if isinstance(exc, OSError) and exc.filename is None:  # a failed write names no file
+            raise OSError(exc.errno, exc.strerror, str(folder / name if folder else name)) from None
         raise
     return where
 

@@ -76,7 +76,8 @@ def test_scan_depth_window() -> None:
     b = book(entry(1, ["forest"]), entry(2, ["forest"], scanDepth=5))
     old = chat("the forest", "x", "y", "z")
     assert uids(activate([b], old)) == [2]  # global depth 2 misses the oldest message
-    assert uids(activate([b], old, ActivationSettings(scan_depth=4))) == [1, 2]
+    # equal orders: SillyTavern's prompt lists the later-processed entry first
+    assert uids(activate([b], old, ActivationSettings(scan_depth=4))) == [2, 1]
 
 
 def test_no_match_across_messages() -> None:
@@ -118,10 +119,13 @@ def test_recursion_exclude_prevent_and_depth_cap() -> None:
         {**entry(4, ["dragon"], excludeRecursion=True)},
     )
     result = activate([b], chat("we reach the castle"))
-    assert uids(result) == [1, 2, 3]
-    assert [a.trigger for a in result] == ["key", "recursion", "recursion"]
-    capped = activate([b], chat("we reach the castle"), ActivationSettings(max_recursion_steps=1))
-    assert uids(capped) == [1, 2]
+    assert uids(result) == [3, 2, 1]
+    assert [a.trigger for a in result] == ["recursion", "recursion", "key"]
+    # max_recursion_steps counts passes: 1 is the first scan only, 2 one recursion step
+    one = activate([b], chat("we reach the castle"), ActivationSettings(max_recursion_steps=1))
+    assert uids(one) == [1]
+    capped = activate([b], chat("we reach the castle"), ActivationSettings(max_recursion_steps=2))
+    assert uids(capped) == [2, 1]
     off = activate([b], chat("we reach the castle"), ActivationSettings(recursive=False))
     assert uids(off) == [1]
     b.entries["1"].raw["preventRecursion"] = True
@@ -135,7 +139,7 @@ def test_recursion_cycle_ends() -> None:
         {**entry(1, ["a1"]), "content": "b2"},
         {**entry(2, ["b2"]), "content": "a1"},
     )
-    assert uids(activate([b], chat("a1"))) == [1, 2]
+    assert uids(activate([b], chat("a1"))) == [2, 1]
 
 
 # ---------------------------------------------------------------- probability, groups, budget
@@ -175,8 +179,10 @@ def test_order_and_budget() -> None:
         {**entry(3, ["x"], order=200), "content": "c" * 40},
     )
     assert uids(activate([b], chat("x"))) == [1, 3, 2]  # prompt order: ascending
-    # the budget keeps the highest orders first and stops at the first overflow
-    assert uids(activate([b], chat("x"), ActivationSettings(budget_chars=90))) == [3, 2]
+    # the budget (tokens ~ characters / 3.35) keeps the highest orders first and stops at
+    # the first entry that reaches it: 41 characters each with the line break, 13 tokens
+    budget = ActivationSettings(max_context=100, budget_percent=27)  # 27 tokens
+    assert uids(activate([b], chat("x"), budget)) == [3, 2]
 
 
 def test_precomputed_list_round_trip() -> None:

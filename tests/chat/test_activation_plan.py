@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tavern_agent.chat import activation
+from tavern_agent.chat import activation, key_match
 from tavern_agent.chat.activation import ActivatedEntry, ActivationSettings, ScanMessage, activate
 from tavern_agent.chat.formats import WorldBook, parse_world
 
 WORDS = ["dragon", "Dragon", "egg", "forest", "glade", "tower", "ash", "k", "ox", "moon-gate"]
+KEYS = [*WORDS, "  ", "", "{{char}}", "{{user}}'s egg"]  # blank, empty and macro keys too
 REGEXES = [
     "/dragon.{0,3}egg/s",  # can match across the join of two texts
     "/^egg/m",
@@ -35,7 +36,7 @@ def _text(rng: random.Random, words: int) -> str:
 def random_book(rng: random.Random, name: str, size: int) -> WorldBook:
     entries: dict[str, Any] = {}
     for uid in range(size):
-        keys = [rng.choice(WORDS + REGEXES) for _ in range(rng.randint(0, 3))]
+        keys = [rng.choice(KEYS + REGEXES) for _ in range(rng.randint(0, 3))]
         entry: dict[str, Any] = {
             "uid": uid,
             "key": keys,
@@ -48,6 +49,11 @@ def random_book(rng: random.Random, name: str, size: int) -> WorldBook:
             "disable": rng.random() < 0.05,
             "excludeRecursion": rng.random() < 0.2,
             "preventRecursion": rng.random() < 0.2,
+            "delayUntilRecursion": rng.choice([False, False, True, 2]),
+            "group": rng.choice(["", "", "g1", "g1,g2"]),
+            "groupOverride": rng.random() < 0.3,
+            "useProbability": rng.random() < 0.3,
+            "probability": rng.choice([0, 50, 100]),
         }
         for field, values in [
             ("caseSensitive", [None, True, False]),
@@ -68,19 +74,21 @@ def plain_activate(
     mp = pytest.MonkeyPatch()
     original = activation._plan
 
-    def every_entry(books: Any, options: Any) -> Any:
-        compiled, _, _ = original(books, options)
-        return compiled, list(range(len(compiled))), {}
+    def every_entry(books: Any, options: Any, macros: Any) -> Any:
+        plan = original(books, options, macros)
+        return activation._Plan(
+            plan.compiled, list(range(len(plan.compiled))), {}, plan.levels, plan.timed
+        )
 
     try:
         mp.setattr(activation, "_plan", every_entry)
-        mp.setattr(activation, "_reach", lambda pattern, flags: None)
-        activation._key.cache_clear()
+        mp.setattr(key_match, "reach", lambda pattern, flags: None)
+        key_match.compiled_key.cache_clear()
         activation._PLANS.clear()
         return activate(books, messages, options, random.Random(seed))
     finally:
         mp.undo()
-        activation._key.cache_clear()
+        key_match.compiled_key.cache_clear()
         activation._PLANS.clear()
 
 
@@ -97,6 +105,8 @@ def test_shortcuts_activate_the_same_entries() -> None:
             case_sensitive=rng.random() < 0.3,
             match_whole_words=rng.random() < 0.3,
             max_recursion_steps=rng.choice([0, 1, 3]),
+            min_activations=rng.choice([0, 0, 3]),
+            use_group_scoring=rng.random() < 0.3,
         )
         expected = plain_activate(books, messages, options, round_)
         assert activate(books, messages, options, random.Random(round_)) == expected
@@ -143,12 +153,12 @@ _WORD_TEXT = st.text(st.sampled_from([*"ab_ -\n\x01é1"]), max_size=12)
 @given(_WORD_TEXT, st.text(st.sampled_from([*"ab_ -é1"]), min_size=0, max_size=3))
 def test_whole_word_check_matches_sillytaverns_regex(text: str, key: str) -> None:
     regex = re.compile(rf"(?:^|\W)({re.escape(key)})(?:$|\W)", re.ASCII)
-    assert activation._has_word(text, key) == (regex.search(text) is not None)
+    assert key_match.has_word(text, key) == (regex.search(text) is not None)
 
 
 def test_reach_is_only_given_for_local_bounded_regexes() -> None:
-    assert activation._reach("dragon.{0,3}egg", re.S) == 12
-    assert activation._reach("gl[a-z]+e", re.I) is None  # unbounded
+    assert key_match.reach("dragon.{0,3}egg", re.S) == 12
+    assert key_match.reach("gl[a-z]+e", re.I) is None  # unbounded
     for pattern in ["^egg", "tower$", r"\bash", "(?<=the )forest", "(a)\\1", "(?=x)y"]:
-        assert activation._reach(pattern, 0) is None
-    assert activation._reach("o{1,3}x", 0) == 4
+        assert key_match.reach(pattern, 0) is None
+    assert key_match.reach("o{1,3}x", 0) == 4

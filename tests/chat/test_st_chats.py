@@ -125,3 +125,80 @@ async def test_tools_read_and_search_a_message_with_a_lone_surrogate(tmp_path: P
     assert not read.is_error and "the lantern \ufffd glows" in read.content
     found = await agent("chat_search", query="lantern")
     assert not found.is_error and found.structured["hits"][0]["floor"] == 0
+
+
+def test_113_chat_with_swipes_and_cjk_round_trips_and_takes_a_commit(tmp_path: Path) -> None:
+    # Message lines in the shape SillyTavern 1.13 writes them (JSON.stringify, field order
+    # as its code builds them), with swipes, reasoning metadata and CJK text.
+    reply = {
+        "name": "林昭",
+        "is_user": False,
+        "is_system": False,
+        "send_date": "2025-11-30T21:04:05.123Z",
+        "mes": "雨还在下。她推开门，灯笼的光落在石阶上。",
+        "extra": {"api": "openai", "model": "gpt-4o", "reasoning": "", "token_count": 31},
+        "title": "",
+        "gen_started": "2025-11-30T21:04:01.002Z",
+        "gen_finished": "2025-11-30T21:04:05.120Z",
+        "swipe_id": 1,
+        "swipes": ["第一个版本。", "雨还在下。她推开门，灯笼的光落在石阶上。"],
+        "swipe_info": [
+            {"send_date": "2025-11-30T21:03:00.000Z", "extra": {"api": "openai"}},
+            {"send_date": "2025-11-30T21:04:05.123Z", "extra": {"api": "openai"}},
+        ],
+    }
+    user = {
+        "name": "旅人",
+        "is_user": True,
+        "send_date": "2025-11-30T21:05:00.000Z",
+        "mes": "门后是什么？",
+        "extra": {"isSmallSys": False, "token_count": 6},
+        "force_avatar": "User Avatars/user-default.png",
+    }
+    data = "\n".join(line(x) for x in [HEADER_113, reply, user]).encode()
+    chat = parse_chat(data)
+    assert chat.encode() == data
+    assert chat.messages[0].swipe_count == 2 and chat.messages[0].swipe_id == 1
+    assert chat.speaker(user=False) == "林昭" and chat.speaker(user=True) == "旅人"
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(data)
+    from tavern_agent.chat.repository import ChatCommit, FileChatRepository
+
+    commit = ChatCommit("run_cjk", "writer", "output/main.md", "石阶尽头，是一口井。", "replace")
+    FileChatRepository(path).apply_commit(commit)
+    after = path.read_bytes()
+    assert after.startswith(data + b"\n")
+    new = parse_chat(after).messages[-1]
+    assert new.name == "林昭" and new.mes == "石阶尽头，是一口井。"
+    assert new.raw["send_date"].endswith("Z")  # ISO, like the chat's other dates
+
+
+REAL_CARDS = {
+    "Aqua.png": ("chara_card_v1", "Aqua", 0),
+    "Darkness.png": ("chara_card_v1", "Darkness", 0),
+    "Megumin.png": ("chara_card_v1", "Megumin", 0),
+    "content_Assistant_CapoGPT.png": ("chara_card_v2", "CapoGPT", 0),
+    "contest_Assistant_Gloria.png": ("chara_card_v2", "Gloria, PA", 0),
+    "default_FluxTheCat.png": ("chara_card_v2", "Flux the Cat", 0),
+    "contest_Assistant_Amy.png": ("chara_card_v3", "Amy", 0),
+    "contest_Assistant_Sakana.png": ("chara_card_v2", "Sakana", 14),
+    "default_CodingSensei.png": ("chara_card_v2", "Coding Sensei", 0),
+    "default_Seraphina.png": ("chara_card_v3", "Seraphina", 4),
+    "tauritavern_default_Seraphina.png": ("chara_card_v3", "Seraphina", 4),
+}
+
+
+def test_every_real_card_is_in_the_table() -> None:
+    assert sorted(p.name for p in (REAL / "cards").glob("*.png")) == sorted(REAL_CARDS)
+
+
+@pytest.mark.parametrize("name", sorted(REAL_CARDS))
+def test_real_cards_parse_and_survive_a_rewrite(name: str) -> None:
+    from tavern_agent.chat.formats import parse_card, write_card_png
+
+    png = (REAL / "cards" / name).read_bytes()
+    card = parse_card(png)
+    spec, card_name, entries = REAL_CARDS[name]
+    book = card.book()
+    assert (card.spec, card.name, len(book.entries) if book else 0) == (spec, card_name, entries)
+    assert parse_card(write_card_png(png, card.raw)).raw == card.raw

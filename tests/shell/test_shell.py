@@ -8,6 +8,9 @@ from pathlib import Path
 
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.errors import ErrorCode
+from tavern_agent.core.profile import ShellLimits
+from tavern_agent.tools.builtin import shell
+from tavern_agent.workspace.store import Workspace
 from tests.shell.conftest import SHELL, limited_agent, sh, stdout_of
 from tests.workspace.conftest import Agent
 
@@ -118,6 +121,37 @@ async def test_every_call_starts_fresh(agent: Agent) -> None:
     out = stdout_of(r)
     assert out.startswith("unset\n/\nnof"), r.content
     assert r.is_error  # /tmp/t is gone: the sandbox's /tmp lives and dies with the call
+
+
+def idle_sandboxes() -> int:
+    return sum(len(idle) for idle in shell.POOL._idle.values())
+
+
+async def test_a_reused_sandbox_starts_fresh_and_a_stopped_one_is_dropped(ws: object) -> None:
+    shell.POOL.clear()
+    agent = limited_agent(ws, timeout_seconds=1.5)  # type: ignore[arg-type]
+    assert not (await sh(agent, "X=1; f() { :; }; cd /output; echo x > /tmp/t")).is_error
+    assert idle_sandboxes() == 1  # ended normally: reset and kept
+    r = await sh(agent, "echo ${X:-unset}; pwd; type f 2>&1; ls /tmp")
+    assert stdout_of(r).startswith("unset\n/\n") and "/tmp/t" not in r.content
+    assert idle_sandboxes() == 1  # the same sandbox came back
+    timed_out = await sh(agent, "sleep 5")
+    assert timed_out.error_code is ErrorCode.WORKSPACE_SHELL_TIMEOUT
+    assert idle_sandboxes() == 0  # stopped by a limit: dropped, not reused
+    assert stdout_of(await sh(agent, "echo next")) == "next"
+
+
+async def test_a_reused_sandbox_runs_javascript_under_the_new_calls_deadline(
+    ws: Workspace,
+) -> None:
+    pool, limits = shell.SandboxPool(), ShellLimits()
+    sandbox, key = pool.take(ws, limits, "/", time.monotonic() - 1)  # a deadline long gone
+    late = await sandbox.bash.execute("node -e 'console.log(6 * 7)'")
+    assert late.exit_code == 124 and "no time left" in late.stderr
+    pool.give(key, sandbox)
+    again, _ = pool.take(ws, limits, "/", time.monotonic() + 30)
+    assert again is sandbox
+    assert (await again.bash.execute("node -e 'console.log(6 * 7)'")).stdout == "42\n"
 
 
 async def test_workdir(agent: Agent) -> None:

@@ -1,80 +1,119 @@
 """World info activation: which lorebook entries a run's input carries.
 
-This follows SillyTavern's ``checkWorldInfo`` (``public/scripts/world-info.js``).
-The rules kept, in the order they apply:
+This follows SillyTavern's ``checkWorldInfo`` (``public/scripts/world-info.js``);
+``tests/chat/test_activation_rules.py`` holds a table of cases, each citing
+the rule it checks. In short:
 
-* **Scan text.** An entry scans the newest ``scanDepth`` messages (its own
-  ``scanDepth`` or the global one, default 2), newest first, each written
-  ``name: mes`` and joined by ``\\n\\x01`` so no key matches across messages.
-  After the first pass the recursion buffer (activated entries' content) is
-  appended, except for entries with ``excludeRecursion``.
-* **Disabled** entries never activate; **constant** entries always do (still
-  subject to probability, groups and the budget, as in SillyTavern).
-* **Primary keys**: any one matching activates. A key written ``/pattern/flags``
-  is a regular expression tested on the raw text (JS flags ``i``, ``s``, ``m``;
-  ``g``, ``u``, ``y`` are ignored). Other keys are plain text, lower-cased
-  on both sides unless ``caseSensitive``; with ``matchWholeWords`` a one-word
-  key must stand between non-word characters (JS ``\\W``, ASCII), while a key
-  with spaces is a plain substring, exactly as SillyTavern does it. An entry
-  without primary keys only activates when constant.
-* **Secondary keys** apply when ``selective`` is set and the list is not
-  empty: AND ANY (one matches), NOT ALL (not all match), NOT ANY (none
-  matches), AND ALL (all match).
-* **Recursion**: when a pass activates entries, their content (unless
-  ``preventRecursion``) joins the recursion buffer and another pass runs, up
-  to ``max_recursion_steps`` passes (SillyTavern's 0 = unlimited is kept, with
-  a hard cap of 100 so a cycle cannot loop forever).
-* **Inclusion groups** (``group``, comma-separated), per pass: if a member of
-  a group was activated in an earlier pass, the new members drop out; else the
-  entry with ``groupOverride`` and the highest ``order`` wins; else one member
-  is drawn with ``groupWeight`` (default 100) as its weight.
-* **Probability**: with ``useProbability`` and ``probability`` < 100, an entry
-  survives when ``rng.random() * 100 <= probability`` (the caller seeds rng).
-* **Order and budget**: entries are processed by ``order`` descending (uid
-  ascending on ties); content is counted in characters (SillyTavern counts
-  tokens) and the first entry that would overflow the budget stops activation,
-  as SillyTavern's overflow does. The result is listed in prompt order:
-  ``order`` ascending, the way SillyTavern inserts entries.
+* **Books and order.** Entries are walked in SillyTavern's order: the chat's
+  bound lorebook first, then the persona's, then the character's and the
+  global ones (``character_strategy``: evenly, character first or global
+  first), each part sorted by ``order``, highest first.
+* **Scan text.** An entry scans the newest ``scanDepth`` messages (its own or
+  the global one), newest first, each ``name: mes`` (with ``include_names``),
+  every one preceded by ``\\x01`` and joined by ``\\n``, so ``/^…/`` never sees
+  a message's first character and no key matches across messages. Entries
+  with ``matchCharacterDescription`` and its siblings scan those texts too.
+  ``scanDepth: 0`` scans nothing. After the first pass the recursion buffer
+  (activated entries' content) is scanned too.
+* **Skipped**, in this order: disabled entries; entries whose
+  ``characterFilter`` excludes the character (by card file name or tag);
+  entries under ``delay`` (the chat has fewer messages) or on cooldown
+  (unless sticky); ``delayUntilRecursion`` entries outside a recursion pass
+  of their level; ``excludeRecursion`` entries in recursion passes.
+* **Activated at once**: an ``@@activate`` first line, ``constant``, or an
+  active ``sticky`` effect (from ``chat_metadata.timedWorldInfo``);
+  ``@@dont_activate`` never activates by keys.
+* **Keys** (``key`` must be an array): macros (``{{char}}``, ``{{user}}``…)
+  are substituted and the key trimmed; a key that is empty then never
+  matches, a whitespace-only key always does. ``/pattern/flags`` keys are
+  JavaScript regexes (:mod:`tavern_agent.chat.js_regex`) tested on the raw
+  text; other keys are plain text, lower-cased unless ``caseSensitive``, and
+  with ``matchWholeWords`` a one-word key must stand between non-word
+  characters (JavaScript's ASCII ``\\W``).
+* **Secondary keys** only with ``selective`` set and a non-empty list: AND
+  ANY, NOT ALL, NOT ANY, AND ALL.
+* **Inclusion groups** (``group``, split at ``,\\s*``): sticky members win;
+  with group scoring only the members matching the most keys stay; a group
+  whose name equals the ``group`` of an entry activated earlier takes none;
+  else the highest-``order`` ``groupOverride`` member wins, else a draw
+  weighted by ``groupWeight``. SillyTavern removes losers from the pass's
+  list with ``splice(indexOf(e), 1)``, which drops the *last* candidate when
+  ``e`` was already removed by another group; that is kept.
+* **Probability**: only with ``useProbability`` and ``probability`` not 100
+  (a missing ``probability`` always fails); sticky entries do not roll.
+* **Budget**: ``budget_percent`` of ``max_context`` tokens, at most
+  ``budget_cap``; tokens are estimated as characters / 3.35 (SillyTavern's
+  estimate without a tokenizer). The first entry that reaches the budget
+  stops activation.
+* **Recursion** runs while a pass adds entries (without
+  ``preventRecursion``), then once per waiting ``delayUntilRecursion``
+  level; ``max_recursion_steps`` caps the passes (1: no recursion; 0: no
+  cap). **Minimum activations**: while fewer entries are active, the scan
+  depth grows by one message per pass (up to ``min_activations_depth_max``
+  or the chat's length), without the recursion buffer.
+* The result is in prompt order: ``order`` ascending.
 
-Not modelled: timed effects (sticky, cooldown, delay), ``delayUntilRecursion``,
-min-activations, group scoring, vector matching, character filters and
-generation-type triggers.
+Not modelled: vector matching, generation-type triggers, extension prompts
+(Author's Note) in the scan text, and writing new timed effects back.
 
 Speed (none of it changes which entries activate): a lorebook is compiled once
-and the plan kept while its entries' key fields stay the same (``_plan``); a
-plain key can only occur where its first, middle and last trigrams do, so a
-pass looks only at entries with a key whose trigrams are all in the text
-(found for all keys at once through a trigram table), plus constant entries
-and those with regex or short keys; regex keys that only look at the
-characters they match resume their search near the end of a text they already
-failed on, since the recursion buffer only grows by appending.
+and the plan kept while its entries' fields stay the same (``_plan``); a pass
+looks only at entries with a key whose trigrams are all in the text (a
+:class:`~tavern_agent.chat.key_match.KeyTable`), plus the entries that can
+activate another way (constant, decorated, sticky, regex, short or blank
+keys, extra scan texts). :mod:`tavern_agent.chat.key_match` matches the keys.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
-import importlib
+import logging
+import math
 import random
-import re
-import string
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from itertools import chain
+from dataclasses import dataclass, field
 from typing import Any
 
-from tavern_agent.chat.formats import AND_ALL, AND_ANY, NOT_ALL, NOT_ANY, WorldBook, WorldEntry
+from tavern_agent.chat.formats import (
+    AND_ALL,
+    AND_ANY,
+    NOT_ALL,
+    NOT_ANY,
+    WorldBook,
+    WorldEntry,
+    js_key_order,
+    truthy,
+    well_formed,
+)
+from tavern_agent.chat.key_match import Grams, KeyTable, TableState, compile_keys, compiled_key
+from tavern_agent.chat.macros import MacroValues, substitute
+from tavern_agent.chat.timed import TimedState, active_effects, entry_hash
+
+log = logging.getLogger(__name__)
 
 MATCHER = "\x01"
 JOINER = "\n" + MATCHER
-RECURSION_HARD_CAP = 100
-_REGEX_KEY = re.compile(r"^/(.+)/([a-z]*)$", re.DOTALL)
+MAX_SCAN_DEPTH = 1000
+CHARS_PER_TOKEN = 3.35
+RECURSION_HARD_CAP = 100  # passes, when max_recursion_steps is 0 (a cycle must end)
+KNOWN_DECORATORS = ("@@activate", "@@dont_activate")
+
+# Entry flags that add a text to what the entry scans, and the ScanContext text each adds.
+EXTRA_TEXTS = (
+    "matchPersonaDescription",
+    "matchCharacterDescription",
+    "matchCharacterPersonality",
+    "matchCharacterDepthPrompt",
+    "matchScenario",
+    "matchCreatorNotes",
+)
+INITIAL, RECURSION, MIN_ACTIVATIONS = 1, 2, 3
+STRATEGY_EVENLY, STRATEGY_CHARACTER_FIRST, STRATEGY_GLOBAL_FIRST = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True)
 class ActivationSettings:
-    """SillyTavern's global world info settings that activation uses."""
+    """SillyTavern's global world info settings (``world_info_*`` in ``settings.json``)."""
 
     scan_depth: int = 2
     case_sensitive: bool = False
@@ -82,7 +121,43 @@ class ActivationSettings:
     include_names: bool = True
     recursive: bool = True
     max_recursion_steps: int = 0  # 0: until nothing new activates
-    budget_chars: int | None = None  # None: no budget
+    min_activations: int = 0
+    min_activations_depth_max: int = 0
+    budget_percent: float = 25
+    budget_cap: int = 0  # tokens; 0: no cap
+    max_context: int | None = None  # the model's context in tokens; None: no budget
+    use_group_scoring: bool = False
+    character_strategy: int = STRATEGY_CHARACTER_FIRST
+
+    def budget(self) -> float:
+        """The budget in tokens (infinite without ``max_context``)."""
+        if self.max_context is None:
+            return math.inf
+        budget = round(self.budget_percent * self.max_context / 100) or 1
+        return self.budget_cap if 0 < self.budget_cap < budget else budget
+
+
+@dataclass(frozen=True, slots=True)
+class ScanContext:
+    """What one activation knows about the chat beyond its messages.
+
+    ``character_file`` is the card's file name without ``.png`` (what
+    ``characterFilter.names`` lists); ``character_tags`` the tag ids the
+    character has (``None``: unknown, tag filters do not apply). ``texts``
+    maps an ``EXTRA_TEXTS`` flag to its text (the card's description…).
+    ``timed`` is the chat's ``chat_metadata.timedWorldInfo``.
+    """
+
+    macros: MacroValues = field(default_factory=MacroValues)
+    character_file: str = ""
+    character_tags: frozenset[str] | None = None
+    texts: Mapping[str, str] = field(default_factory=dict)
+    timed: Any = None
+
+
+def estimate_tokens(text: str) -> int:
+    """SillyTavern's token estimate without a tokenizer: characters / 3.35, rounded up."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +173,7 @@ class ActivatedEntry:
     order: int
     depth: int
     constant: bool
-    trigger: str  # "constant", "key", "recursion" or "host"
+    trigger: str  # "constant", "key", "recursion", "sticky", "decorator" or "host"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -144,13 +219,14 @@ class ActivatedEntry:
         )
 
     @classmethod
-    def of(cls, entry: WorldEntry, trigger: str) -> ActivatedEntry:
+    def of(cls, entry: WorldEntry, trigger: str, content: str | None = None) -> ActivatedEntry:
+        """``content``: the text as it goes to the model (macros substituted)."""
         return cls(
             ref=f"worldinfo:{entry.world}#{entry.uid}",
             world=entry.world,
             uid=entry.uid,
             label=entry.label,
-            content=entry.content,
+            content=well_formed(entry.content if content is None else content),
             position=entry.position_name,
             order=entry.order,
             depth=entry.depth,
@@ -165,168 +241,78 @@ class ScanMessage:
     mes: str
 
 
-class _Grams:
-    """Per activation: character trigram sets of the texts scanned (once per text), and
-    for each regex key the last text it was searched in without a match."""
-
-    def __init__(self) -> None:
-        self._sets: dict[int, tuple[str, set[str]]] = {}
-        self.misses: dict[int, str] = {}
-
-    def of(self, text: str) -> set[str]:
-        found = self._sets.get(id(text))
-        if found is None or found[0] is not text:
-            start, grams = 0, set()
-            for before, known in self._sets.values():  # a text the buffer has grown from
-                if len(before) > start and text.startswith(before):
-                    start, grams = len(before), known
-            grams = grams | {text[i : i + 3] for i in range(max(start - 2, 0), len(text) - 2)}
-            found = self._sets[id(text)] = (text, grams)
-        return found[1]
-
-
-_LOCAL_OPS = frozenset(
-    {"LITERAL", "NOT_LITERAL", "ANY", "IN", "SUBPATTERN", "BRANCH", "MAX_REPEAT"}
-    | {"MIN_REPEAT", "POSSESSIVE_REPEAT", "ATOMIC_GROUP"}
-)
-
-
-def _local(tree: Any) -> bool:
-    """No anchors, word boundaries, lookarounds or back references anywhere in the tree."""
-    for op, av in tree:
-        name = str(op)
-        if name not in _LOCAL_OPS:
-            return False
-        if name == "SUBPATTERN" and not _local(av[3]):
-            return False
-        if name == "BRANCH" and not all(_local(branch) for branch in av[1]):
-            return False
-        if name.endswith("_REPEAT") and not _local(av[2]):
-            return False
-        if name == "ATOMIC_GROUP" and not _local(av):
-            return False
-    return True
-
-
-def _reach(pattern: str, flags: int) -> int | None:
-    """The longest text a regex can match, if it is bounded and the regex is local.
-
-    A local regex matches at a position or not by the characters it matches alone, so
-    once it found nothing in a text, it can only find something in a longer text with
-    that prefix in a match ending past the old end: the search can start ``reach - 1``
-    characters before it. (The recursion buffer only ever grows that way.)
-    """
-    try:
-        parser: Any = importlib.import_module("re._parser")
-        tree = parser.parse(pattern, flags)
-        if not _local(tree):
-            return None
-        high = int(tree.getwidth()[1])
-    except Exception:  # another Python's parser: just search whole texts
-        return None
-    return high if high <= 4096 else None
-
-
-_ASCII_WORD = frozenset(string.ascii_letters + string.digits + "_")
-
-
-def _has_word(text: str, key: str) -> bool:
-    r"""``re.search(rf"(?:^|\W)({re.escape(key)})(?:$|\W)", text, re.ASCII)``, faster.
-
-    The regex matches where ``key`` occurs with a non-word character or the start of the
-    text before it, and a non-word character or the end after it (a final newline is a
-    non-word character too, so ``$`` before one adds nothing).
-    """
-    end = len(key)
-    at = text.find(key)
-    while at >= 0:
-        if (at == 0 or text[at - 1] not in _ASCII_WORD) and (
-            at + end == len(text) or text[at + end] not in _ASCII_WORD
-        ):
-            return True
-        at = text.find(key, at + 1)
-    return False
-
-
-class _Key:
-    """One compiled key: a regex, or plain text with its matching options."""
-
-    __slots__ = ("grams", "reach", "regex", "text", "word")
-
-    def __init__(self, key: str, case_sensitive: bool, whole_words: bool) -> None:
-        self.regex: re.Pattern[str] | None = None
-        self.word = False  # a plain key matched as a whole word
-        self.text = key if case_sensitive else key.lower()
-        self.grams: frozenset[str] | None = None  # trigrams every match holds (plain keys)
-        self.reach: int | None = None  # see ``_reach`` (regex keys)
-        found = _REGEX_KEY.match(key)
-        if found:
-            flags = 0
-            for flag in found.group(2):
-                flags |= {"i": re.IGNORECASE, "s": re.DOTALL, "m": re.MULTILINE}.get(flag, 0)
-            try:
-                self.regex = re.compile(found.group(1), flags)
-                self.reach = _reach(found.group(1), flags)
-                return
-            except re.error:
-                self.regex = None  # SillyTavern falls back to a plain key
-        if whole_words and len(self.text.split()) <= 1:
-            self.word = True  # SillyTavern's /(?:^|\W)(key)(?:$|\W)/: see ``_has_word``
-        if len(self.text) >= 3:
-            t, mid = self.text, len(self.text) // 2
-            self.grams = frozenset((t[:3], t[mid - 1 : mid + 2], t[-3:]))
-
-    def matches(self, raw: str, folded: str, case_sensitive: bool, grams: _Grams) -> bool:
-        # A plain key can only occur if its trigrams do: a cheap, exact pre-check.
-        if self.grams is not None and not self.grams <= grams.of(raw if case_sensitive else folded):
-            return False
-        if self.word:
-            return _has_word(raw if case_sensitive else folded, self.text)
-        if self.regex is not None:
-            start = 0
-            missed = grams.misses.get(id(self))
-            if self.reach is not None and missed is not None and raw.startswith(missed):
-                start = max(len(missed) - self.reach + 1, 0)
-            if self.regex.search(raw, start) is not None:
-                return True
-            grams.misses[id(self)] = raw
-            return False
-        return self.text in (raw if case_sensitive else folded)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _key(key: str, case_sensitive: bool, whole_words: bool) -> _Key:
-    """Compiled keys are shared between entries and calls (a key never changes)."""
-    return _Key(key, case_sensitive, whole_words)
+def _decorators(content: str) -> tuple[list[str], str]:
+    """SillyTavern's ``parseDecorators``: leading ``@@`` lines, and the content after them."""
+    if not content.startswith("@@"):
+        return [], content
+    found: list[str] = []
+    fallback = False
+    lines = content.split("\n")
+    for at, line in enumerate(lines):
+        if not line.startswith("@@"):
+            return found, "\n".join(lines[at:])
+        if line.startswith("@@@") and not fallback:
+            continue
+        name = line[1:] if line.startswith("@@@") else line
+        if any(name.startswith(d) for d in KNOWN_DECORATORS):
+            found.append(name)
+            fallback = False
+        else:
+            fallback = True
+    return found, content
 
 
 class _Compiled:
-    __slots__ = ("case_sensitive", "entry", "keyed", "keys", "scan_depth", "secondary")
+    """An entry as one activation uses it: keys compiled, content parsed."""
 
-    def __init__(self, entry: WorldEntry, settings: ActivationSettings) -> None:
+    __slots__ = (
+        "at",
+        "case_sensitive",
+        "content",
+        "decorators",
+        "entry",
+        "extras",
+        "keyed",
+        "keys",
+        "scan_depth",
+        "secondary",
+    )
+
+    def __init__(self, entry: WorldEntry, settings: ActivationSettings, macros: MacroValues):
         self.entry = entry
+        self.at = 0  # place in the processing order
         case = entry.case_sensitive
         self.case_sensitive = settings.case_sensitive if case is None else case
         whole = entry.match_whole_words
         whole = settings.match_whole_words if whole is None else whole
-        keys = [_key(k, self.case_sensitive, whole) for k in entry.keys]
-        # Keys with trigrams first: they are cheap to rule out, and ``any`` is order-free.
-        self.keys = sorted(keys, key=lambda k: k.grams is None)
-        self.secondary = [_key(k, self.case_sensitive, whole) for k in entry.secondary_keys]
+        self.keys = compile_keys(entry.raw.get("key"), macros, self.case_sensitive, whole)
+        secondary = compile_keys(entry.raw.get("keysecondary"), macros, self.case_sensitive, whole)
+        self.secondary = secondary if entry.selective and secondary else None
+        self.scan_depth = entry.scan_depth  # None: the global depth (which min activations grows)
+        self.extras = tuple(f for f in EXTRA_TEXTS if entry.matches_extra(f))
+        decorators, content = _decorators(entry.content)
+        self.decorators = decorators
+        self.content = content
         # True when every primary key has trigrams: the entry can only match a text that holds
-        # all the trigrams of one of its keys.
-        self.keyed = all(k.grams is not None for k in keys)
-        depth = entry.scan_depth
-        self.scan_depth = settings.scan_depth if depth is None else max(depth, 0)
+        # all the trigrams of one of its keys (and nothing else can activate it).
+        self.keyed = (
+            bool(self.keys)
+            and all(k is None or k.grams is not None for k in self.keys or ())
+            and not entry.constant
+            and not decorators
+            and not self.extras
+        )
 
-    def matches(self, raw: str, folded: str, grams: _Grams) -> bool:
+    def primary(self, raw: str, folded: str, grams: Grams) -> bool:
         case = self.case_sensitive
-        if not any(k.matches(raw, folded, case, grams) for k in self.keys):
-            return False
-        if not (self.entry.selective and self.secondary):
+        return any(k is not None and k.matches(raw, folded, case, grams) for k in self.keys or ())
+
+    def secondary_ok(self, raw: str, folded: str, grams: Grams) -> bool:
+        if not self.secondary:
             return True
-        hits = [k.matches(raw, folded, case, grams) for k in self.secondary]
+        case = self.case_sensitive
         logic = self.entry.selective_logic
+        hits = (k is not None and k.matches(raw, folded, case, grams) for k in self.secondary)
         if logic == AND_ANY:
             return any(hits)
         if logic == NOT_ALL:
@@ -337,137 +323,170 @@ class _Compiled:
             return all(hits)
         return False
 
-
-class _Table:
-    """Trigram → the keys holding it, for the entries that scan one text."""
-
-    def __init__(self) -> None:
-        self.slots: dict[str, list[int]] = {}
-        self.need: list[int] = []  # per key: how many trigrams it has
-        self.owner: list[int] = []  # per key: its entry's place in the sorted list
-
-    def add(self, at: int, compiled: _Compiled) -> None:
-        for key in compiled.keys:
-            assert key.grams is not None
-            slot = len(self.need)
-            self.need.append(len(key.grams))
-            self.owner.append(at)
-            for gram in key.grams:
-                self.slots.setdefault(gram, []).append(slot)
-
-    def candidates(self, seen: set[str], state: _TableState) -> set[int]:
-        """The entries with a key all of whose trigrams are in ``seen``.
-
-        ``state`` holds the answer for an earlier, smaller trigram set (the recursion
-        buffer only grows), so only trigrams new since then are looked up.
-        """
-        if not state.grams <= seen:
-            state.grams, state.counts, state.found = set(), Counter(), set()
-        present = (seen - state.grams).intersection(self.slots)
-        state.grams = seen
-        hits = Counter(chain.from_iterable(map(self.slots.__getitem__, present)))
-        need, owner, counts = self.need, self.owner, state.counts
-        for slot, count in hits.items():
-            counts[slot] += count
-            if counts[slot] == need[slot]:
-                state.found.add(owner[slot])
-        return state.found
+    def score(self, raw: str, folded: str, grams: Grams, whole_words: bool) -> int:
+        """Group scoring (``getScore``): how many keys match, counted on the keys as written
+        (no macros, not trimmed: an empty key counts as found). Secondary keys count
+        with ``selectiveLogic`` AND ANY, or AND ALL when all of them match; any other
+        value (a missing one too) counts the primary keys only."""
+        primary = _count_raw(self.entry.raw.get("key"), raw, folded, grams, self, whole_words)
+        if primary is None or primary[1] == 0:
+            return 0
+        secondary = _count_raw(
+            self.entry.raw.get("keysecondary"), raw, folded, grams, self, whole_words
+        )
+        found, total = secondary if secondary is not None else (0, 0)
+        logic = self.entry.raw.get("selectiveLogic")
+        if total and logic == AND_ANY and not isinstance(logic, bool):
+            return primary[0] + found
+        if total and logic == AND_ALL and found == total:
+            return primary[0] + found
+        return primary[0]
 
 
-class _TableState:
-    """One activation's progress through a ``_Table``."""
-
-    def __init__(self) -> None:
-        self.grams: set[str] = set()
-        self.counts: Counter[int] = Counter()
-        self.found: set[int] = set()
+def _count_raw(
+    value: Any, raw: str, folded: str, grams: Grams, c: _Compiled, whole_words: bool
+) -> tuple[int, int] | None:
+    """``(matching, all)`` keys of a key list as written; ``None`` when it is no array."""
+    if not isinstance(value, list):
+        return None
+    keys = [compiled_key(str(k), c.case_sensitive, whole_words) for k in value]
+    return sum(k.matches(raw, folded, c.case_sensitive, grams) for k in keys), len(keys)
 
 
 class _Buffer:
-    """The chat text per scan depth (cached) plus the recursion buffer."""
+    """SillyTavern's ``WorldInfoBuffer``: the chat lines, extra texts and recursion buffer."""
 
-    def __init__(self, messages: Sequence[ScanMessage], include_names: bool) -> None:
-        newest_first = list(reversed(messages))
-        self._lines = [f"{m.name}: {m.mes}" if include_names else m.mes for m in newest_first]
-        self._chat: dict[int, tuple[str, str]] = {}
-        self.recursion: list[str] = []
-        self._with_recursion: dict[int, tuple[str, str]] = {}
+    def __init__(
+        self,
+        messages: Sequence[ScanMessage],
+        settings: ActivationSettings,
+        texts: Mapping[str, str],
+    ) -> None:
+        newest_first = list(reversed(messages))[:MAX_SCAN_DEPTH]
+        named = settings.include_names
+        self._lines = [(f"{m.name}: {m.mes}" if named else m.mes).strip() for m in newest_first]
+        self._texts = texts
+        self.depth = settings.scan_depth
+        self.recurse: list[str] = []
+        self._cache: dict[tuple[int, tuple[str, ...], bool], tuple[str, str]] = {}
 
-    def chat(self, depth: int) -> tuple[str, str]:
-        if depth not in self._chat:
-            text = JOINER.join(self._lines[:depth])
-            self._chat[depth] = (text, text.lower())
-        return self._chat[depth]
+    def text(self, depth: int | None, extras: tuple[str, ...], state: int) -> tuple[str, str]:
+        """``(raw, lower-cased)`` text an entry with this depth and extra texts scans."""
+        depth = self.depth if depth is None else depth
+        recursion = bool(self.recurse) and state != MIN_ACTIVATIONS
+        key = (depth, extras, recursion)
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = self._build(depth, extras, recursion)
+        return found
 
-    def text(self, depth: int, with_recursion: bool) -> tuple[str, str]:
-        if not with_recursion or not self.recursion:
-            return self.chat(depth)
-        if depth not in self._with_recursion:
-            text = self.chat(depth)[0] + JOINER + JOINER.join(self.recursion)
-            self._with_recursion[depth] = (text, text.lower())
-        return self._with_recursion[depth]
+    def _build(self, depth: int, extras: tuple[str, ...], recursion: bool) -> tuple[str, str]:
+        if depth <= 0:
+            return "", ""
+        parts = [MATCHER + JOINER.join(self._lines[: min(depth, MAX_SCAN_DEPTH)])]
+        parts.extend(self._texts[f] for f in extras if self._texts.get(f))
+        if recursion:
+            parts.extend(self.recurse)
+        text = JOINER.join(parts)
+        return text, text.lower()
 
-    def add_recursion(self, texts: Iterable[str]) -> None:
-        self.recursion.extend(texts)
-        self._with_recursion.clear()
+    def add_recursion(self, text: str) -> None:
+        self.recurse.append(text)
+        self._cache = {k: v for k, v in self._cache.items() if not k[2]}
+
+    def advance(self) -> None:
+        """One more message for the global depth (minimum activations)."""
+        self.depth += 1
 
 
 # Fields of an entry that its compiled form and its place in a plan depend on; the others
-# (content, probability, groups…) are read from the entry on every activation.
+# (probability, groups, timed effects…) are read from the entry on every activation.
 _PLANNED = (
     "uid",
     "key",
     "keysecondary",
+    "selective",
     "caseSensitive",
     "matchWholeWords",
     "scanDepth",
     "disable",
     "constant",
-    "excludeRecursion",
     "order",
+    "content",
+    "delayUntilRecursion",
+    *EXTRA_TEXTS,
 )
-_Plan = tuple[list[_Compiled], list[int], dict[tuple[int, bool, bool], _Table]]
-_PLANS: dict[tuple[tuple[int, ...], ActivationSettings], tuple[Any, Any, _Plan]] = {}
+
+
+@dataclass(slots=True)
+class _Plan:
+    compiled: list[_Compiled]  # enabled entries, in processing order
+    always: list[int]  # looked at in every pass
+    tables: dict[tuple[int | None, bool], KeyTable]  # (own scan depth, case) → keyed entries
+    levels: list[int]  # delayUntilRecursion levels, ascending
+    timed: list[int]  # entries with sticky or cooldown
+
+
+_PLANS: dict[tuple[Any, ...], tuple[Any, Any, _Plan]] = {}
 _PLANS_KEPT = 8
+_SOURCE_RANK = {"chat": 0, "persona": 1}
 
 
 def _stamp(books: Sequence[WorldBook]) -> list[tuple[Any, ...]]:
     """What the plan of ``books`` depends on; compared (not hashed) with a deep copy."""
     return [
-        (entry.world, *map(entry.raw.get, _PLANNED))
+        (book.source, entry.world, *map(entry.raw.get, _PLANNED))
         for book in books
         for entry in book.entries.values()
     ]
 
 
-def _plan(books: Sequence[WorldBook], settings: ActivationSettings) -> _Plan:
+def _ordered(books: Sequence[WorldBook], strategy: int) -> list[WorldEntry]:
+    """All entries in SillyTavern's processing order (``getSortedEntries``)."""
+
+    def by_order(entries: list[WorldEntry]) -> list[WorldEntry]:
+        return sorted(entries, key=lambda e: -e.order)  # stable, like Array.prototype.sort
+
+    def of(*sources: str) -> list[WorldEntry]:
+        return [e for b in books if b.source in sources for e in b.in_scan_order()]
+
+    lore_global, lore_character = of("global"), of("character")
+    if strategy == STRATEGY_CHARACTER_FIRST:
+        rest = by_order(lore_character) + by_order(lore_global)
+    elif strategy == STRATEGY_GLOBAL_FIRST:
+        rest = by_order(lore_global) + by_order(lore_character)
+    else:
+        rest = by_order(lore_global + lore_character)
+    return by_order(of("chat")) + by_order(of("persona")) + rest
+
+
+def _plan(books: Sequence[WorldBook], settings: ActivationSettings, macros: MacroValues) -> _Plan:
     """The books' enabled entries compiled, in processing order, with the trigram tables.
 
-    Entries whose primary keys all have trigrams are looked at only when the text they
-    scan holds every trigram of one of those keys (the exact pre-check of ``_Key.matches``,
-    done for all keys at once); the others (constant entries, regex or short keys) are
-    looked at in every pass. A plan is kept for the same book objects and settings while
+    Entries that can only activate through plain keys with trigrams are looked at only
+    when the text they scan holds every trigram of one of those keys (the exact
+    pre-check of ``Key.matches``, done for all keys at once); the others are looked at
+    in every pass. A plan is kept for the same book objects, settings and names while
     the entry fields it was made from stay the same, so a lorebook is compiled once.
     """
-    cache_key = (tuple(map(id, books)), settings)
+    cache_key = (tuple(map(id, books)), settings, macros)
     stamp = _stamp(books)
     kept = _PLANS.get(cache_key)
     same_books = kept is not None and all(a is b for a, b in zip(kept[0], books, strict=True))
     if kept is not None and same_books and kept[1] == stamp:
         return kept[2]
-    compiled = [
-        _Compiled(e, settings) for book in books for e in book.entries.values() if not e.disabled
-    ]
-    compiled.sort(key=lambda c: (-c.entry.order, c.entry.world, c.entry.uid))
-    always: list[int] = []
-    by_text: dict[tuple[int, bool, bool], _Table] = {}
+    entries = _ordered(books, settings.character_strategy)
+    levels = sorted({e.delay_until_recursion for e in entries if e.delay_until_recursion})
+    compiled = [_Compiled(e, settings, macros) for e in entries if not e.disabled]
+    plan = _Plan(compiled, [], {}, levels, [])
     for at, c in enumerate(compiled):
-        if c.entry.constant or not c.keyed:
-            always.append(at)
+        c.at = at
+        if c.entry.timed("sticky") or c.entry.timed("cooldown"):
+            plan.timed.append(at)
+        if not c.keyed:
+            plan.always.append(at)
             continue
-        where = (c.scan_depth, not c.entry.exclude_recursion, c.case_sensitive)
-        by_text.setdefault(where, _Table()).add(at, c)
-    plan = (compiled, always, by_text)
+        plan.tables.setdefault((c.scan_depth, c.case_sensitive), KeyTable()).add(at, c.keys or ())
     _PLANS.pop(cache_key, None)
     while len(_PLANS) >= _PLANS_KEPT:
         del _PLANS[next(iter(_PLANS))]
@@ -475,106 +494,297 @@ def _plan(books: Sequence[WorldBook], settings: ActivationSettings) -> _Plan:
     return plan
 
 
+@dataclass(slots=True)
+class _Scan:
+    """The state of one activation (SillyTavern's locals in ``checkWorldInfo``)."""
+
+    plan: _Plan
+    settings: ActivationSettings
+    context: ScanContext
+    buffer: _Buffer
+    rng: random.Random
+    chat_length: int
+    grams: Grams = field(default_factory=lambda: Grams())
+    states: dict[int, TableState] = field(default_factory=dict)
+    activated: dict[int, tuple[_Compiled, str, str]] = field(default_factory=dict)
+    failed: set[int] = field(default_factory=set)
+    timed: TimedState = field(default_factory=TimedState)
+    sticky: set[int] = field(default_factory=set)
+    cooldown: set[int] = field(default_factory=set)
+    filtered: set[int] = field(default_factory=set)
+
+    def prepare(self) -> None:
+        """Timed effects and character filters, fixed for the whole activation."""
+        compiled = self.plan.compiled
+        if self.context.timed and self.plan.timed:
+            hashes = {}
+            for at in self.plan.timed:
+                c = compiled[at]
+                digest = entry_hash(c.entry.raw, c.entry.world, c.decorators, c.content)
+                hashes[digest] = at
+            raws = {digest: compiled[at].entry.raw for digest, at in hashes.items()}
+            state = active_effects(self.context.timed, self.chat_length, raws)
+            self.sticky = {hashes[d] for d in state.sticky}
+            self.cooldown = {hashes[d] for d in state.cooldown}
+        for c in compiled:
+            if c.entry.character_filter and _filtered_out(c.entry.character_filter, self.context):
+                self.filtered.add(c.at)
+
+    def candidates(self, state: int) -> list[int]:
+        """The entries that may activate in this pass, in processing order."""
+        todo = set(self.plan.always) | self.sticky
+        for (depth, case), table in self.plan.tables.items():
+            raw, folded = self.buffer.text(depth, (), state)
+            if not raw:
+                continue
+            progress = self.states.setdefault(id(table), TableState())
+            todo.update(table.candidates(self.grams.of(raw if case else folded), progress))
+        return sorted(todo)
+
+    def check(self, c: _Compiled, state: int, level: int) -> str | None:
+        """Why ``c`` activates in this pass (its trigger), or ``None``."""
+        at, e = c.at, c.entry
+        if at in self.failed or at in self.activated or at in self.filtered:
+            return None
+        sticky = at in self.sticky
+        delay = e.timed("delay")
+        if delay and self.chat_length < delay:
+            return None
+        if at in self.cooldown and not sticky:
+            return None
+        dur = e.delay_until_recursion
+        if dur and not sticky and (state != RECURSION or dur > level):
+            return None
+        if state == RECURSION and self.settings.recursive and e.exclude_recursion and not sticky:
+            return None
+        if "@@activate" in c.decorators:
+            return "decorator"
+        if "@@dont_activate" in c.decorators:
+            return None
+        if e.constant:
+            return "constant"
+        if sticky:
+            return "sticky"
+        if not c.keys:
+            return None
+        raw, folded = self.buffer.text(c.scan_depth, c.extras, state)
+        if not c.primary(raw, folded, self.grams) or not c.secondary_ok(raw, folded, self.grams):
+            return None
+        return "recursion" if state == RECURSION else "key"
+
+    def passes_probability(self, c: _Compiled) -> bool:
+        e = c.entry
+        if not e.use_probability or e.probability == 100 or c.at in self.sticky:
+            return True
+        roll = self.rng.random() * 100
+        if e.probability is not None and roll <= e.probability:
+            return True
+        self.failed.add(c.at)
+        return False
+
+
+def _filtered_out(rule: Mapping[str, Any], context: ScanContext) -> bool:
+    """SillyTavern's ``characterFilter``: by card file name, then by tag."""
+    exclude = truthy(rule.get("isExclude"))
+    names = rule.get("names")
+    if isinstance(names, list) and names:
+        included = context.character_file in names
+        if included if exclude else not included:
+            return True
+    tags = rule.get("tags")
+    if isinstance(tags, list) and tags and context.character_tags is not None:
+        has = any(t in tags for t in context.character_tags)
+        if has if exclude else not has:
+            return True
+    return False
+
+
 def activate(
     books: Iterable[WorldBook],
     messages: Sequence[ScanMessage],
     settings: ActivationSettings | None = None,
     rng: random.Random | None = None,
+    context: ScanContext | None = None,
 ) -> list[ActivatedEntry]:
-    """The entries of ``books`` that the newest ``messages`` activate (rules above)."""
+    """The entries of ``books`` that the newest ``messages`` activate (rules above).
+
+    ``messages`` are the chat's visible messages, oldest first.
+    """
     settings = settings or ActivationSettings()
-    rng = rng or random.Random()
-    compiled, always, by_text = _plan(list(books), settings)
-    buffer = _Buffer(messages, settings.include_names)
-    grams = _Grams()
-    states: dict[int, _TableState] = {}
-    chosen: dict[int, tuple[_Compiled, str]] = {}  # id(compiled) → (entry, trigger)
-    group_done: set[str] = set()
-    budget_used = 0
-    passes = 0
-    limit = settings.max_recursion_steps or RECURSION_HARD_CAP
-    while True:
-        recursing = passes > 0
-        todo = set(always)
-        for (depth, with_recursion, case), table in by_text.items():
-            if recursing and not with_recursion:
-                continue  # excludeRecursion entries only take part in the first pass
-            raw, folded = buffer.text(depth, with_recursion)
-            state = states.setdefault(id(table), _TableState())
-            todo.update(table.candidates(grams.of(raw if case else folded), state))
-        found: list[_Compiled] = []
-        for at in sorted(todo):
-            c = compiled[at]
-            if id(c) in chosen:
+    context = context or ScanContext()
+    plan = _plan(list(books), settings, context.macros)
+    scan = _Scan(
+        plan,
+        settings,
+        context,
+        _Buffer(messages, settings, context.texts),
+        rng or random.Random(),
+        len(messages),
+    )
+    scan.prepare()
+    levels = list(plan.levels)
+    level = levels.pop(0) if levels else 0
+    budget = settings.budget()
+    overflowed = False
+    all_text = ""
+    state, count = INITIAL, 0
+    while state:
+        steps = settings.max_recursion_steps
+        if (steps and steps <= count) or count >= RECURSION_HARD_CAP:
+            break
+        count += 1
+        following = 0
+        found: list[tuple[_Compiled, str]] = []
+        for at in scan.candidates(state):
+            c = plan.compiled[at]
+            trigger = scan.check(c, state, level)
+            if trigger is not None:
+                found.append((c, trigger))
+        found.sort(key=lambda f: (f[0].at not in scan.sticky, f[0].at))
+        triggers = {id(c): t for c, t in found}
+        new = [c for c, _ in found]
+        _inclusion_groups(new, scan, state)
+        new_content = ""
+        text_tokens = estimate_tokens(all_text)
+        for c in new:
+            if not scan.passes_probability(c):
                 continue
-            if c.entry.constant:
-                found.append(c)
-                continue
-            if recursing and c.entry.exclude_recursion:
-                continue
-            raw, folded = buffer.text(c.scan_depth, not c.entry.exclude_recursion)
-            if c.matches(raw, folded, grams):
-                found.append(c)
-        found = _inclusion_groups(found, group_done, rng)
-        added: list[_Compiled] = []
-        overflow = False
-        for c in found:
-            e = c.entry
-            if e.use_probability and e.probability < 100 and rng.random() * 100 > e.probability:
-                chosen[id(c)] = (c, "")  # failed its roll: not retried this activation
-                continue
-            size = len(e.content)
-            if settings.budget_chars is not None and budget_used + size > settings.budget_chars:
-                overflow = True
+            content = substitute(c.content, context.macros)
+            new_content += content + "\n"
+            if text_tokens + estimate_tokens(new_content) >= budget:
+                overflowed = True
                 break
-            budget_used += size
-            trigger = "constant" if e.constant else ("recursion" if recursing else "key")
-            chosen[id(c)] = (c, trigger)
-            added.append(c)
-            group_done.update(e.groups)
-        passes += 1
-        if overflow or not added or not settings.recursive or passes >= limit + 1:
-            break
-        new_text = [c.entry.content for c in added if not c.entry.prevent_recursion]
-        if not new_text:
-            break
-        buffer.add_recursion(new_text)
-    result = [ActivatedEntry.of(c.entry, t) for c, t in chosen.values() if t]
-    result.sort(key=lambda a: (a.order, a.world, a.uid if a.uid is not None else 0))
-    return result
+            scan.activated[c.at] = (c, triggers[id(c)], content)
+        successful = [c for c in new if c.at not in scan.failed]
+        for_recursion = [c for c in successful if not c.entry.prevent_recursion]
+        if settings.recursive and not overflowed and for_recursion:
+            following = RECURSION
+        if (
+            settings.recursive
+            and not overflowed
+            and state == MIN_ACTIVATIONS
+            and scan.buffer.recurse
+        ):
+            following = RECURSION
+        wanted = settings.min_activations
+        if not following and not overflowed and wanted > 0 and len(scan.activated) < wanted:
+            depth_max = settings.min_activations_depth_max
+            depth = scan.buffer.depth
+            if not ((depth_max > 0 and depth > depth_max) or depth > len(messages)):
+                following = MIN_ACTIVATIONS
+                scan.buffer.advance()
+        if not following and levels:
+            following = RECURSION
+            level = levels.pop(0)
+        state = following
+        if state:
+            text = "\n".join(substitute(c.content, context.macros) for c in for_recursion)
+            if text:
+                scan.buffer.add_recursion(text)
+                all_text = text + "\n" + all_text
+    chosen = sorted(scan.activated.values(), key=lambda a: -a[0].entry.order)
+    chosen.reverse()  # SillyTavern builds the prompt with unshift over order, highest first
+    return [ActivatedEntry.of(c.entry, trigger, content) for c, trigger, content in chosen]
 
 
-def _inclusion_groups(
-    found: list[_Compiled], done: set[str], rng: random.Random
-) -> list[_Compiled]:
-    """Keep one winner per inclusion group (SillyTavern's ``filterByInclusionGroups``)."""
-    groups: dict[str, list[_Compiled]] = {}
-    for c in found:
-        for g in c.entry.groups:
-            groups.setdefault(g, []).append(c)
-    if not groups:
-        return found
-    losers: set[int] = set()
-    for name, members in groups.items():
-        if name in done:
-            losers.update(id(c) for c in members)
+def _js_remove(items: list[_Compiled], item: _Compiled) -> None:
+    """``items.splice(items.indexOf(item), 1)``: a missing item removes the last one."""
+    for at, other in enumerate(items):
+        if other is item:
+            del items[at]
+            return
+    if items:
+        del items[-1]
+
+
+def _inclusion_groups(new: list[_Compiled], scan: _Scan, state: int) -> None:
+    """SillyTavern's ``filterByInclusionGroups`` on this pass's candidates, in place."""
+    grouped: dict[str, list[_Compiled]] = {}
+    for c in new:
+        if c.entry.group:
+            for name in c.entry.groups:
+                grouped.setdefault(name, []).append(c)
+    if not grouped:
+        return
+    grouped = {k: grouped[k] for k in js_key_order(grouped)}
+    sticky_groups = _groups_by_timed_effects(grouped, new, scan)
+    _groups_by_score(grouped, new, scan, state, sticky_groups)
+    activated_groups = {c.entry.group for c, _, _ in scan.activated.values()}
+    for name, group in grouped.items():
+        if name in sticky_groups:
             continue
-        if len(members) < 2:
+        if name in activated_groups:
+            for c in group:
+                _js_remove(new, c)
             continue
-        overrides = [c for c in members if c.entry.group_override]
-        if overrides:
-            winner = max(overrides, key=lambda c: c.entry.order)
-        else:
-            total = sum(c.entry.group_weight for c in members)
-            roll = rng.random() * total
-            winner, acc = members[-1], 0
-            for c in members:
-                acc += c.entry.group_weight
-                if roll <= acc:
+        if len(group) <= 1:
+            continue
+        prios = sorted((c for c in group if c.entry.group_override), key=lambda c: -c.entry.order)
+        winner: _Compiled | None = prios[0] if prios else None
+        if winner is None:
+            total = sum(c.entry.group_weight for c in group)
+            roll, current = scan.rng.random() * total, 0.0
+            for c in group:
+                current += c.entry.group_weight
+                if roll <= current:
                     winner = c
                     break
-        losers.update(id(c) for c in members if c is not winner)
-    return [c for c in found if id(c) not in losers]
+            if winner is None:
+                continue
+        for c in group:
+            if c is not winner:
+                _js_remove(new, c)
+
+
+def _groups_by_timed_effects(
+    grouped: dict[str, list[_Compiled]], new: list[_Compiled], scan: _Scan
+) -> set[str]:
+    """Sticky members win their group; members on cooldown or delay drop out."""
+    with_sticky: set[str] = set()
+    for name, group in grouped.items():
+        sticky = [c for c in group if c.at in scan.sticky]
+        if sticky:
+            for c in group:
+                if c not in sticky:
+                    _js_remove(new, c)
+            with_sticky.add(name)
+        for c in [c for c in group if c.at in scan.cooldown]:
+            _js_remove(new, c)
+        delayed = [c for c in group if c.entry.timed("delay") > scan.chat_length]
+        for c in delayed:
+            _js_remove(new, c)
+    return with_sticky
+
+
+def _groups_by_score(
+    grouped: dict[str, list[_Compiled]],
+    new: list[_Compiled],
+    scan: _Scan,
+    state: int,
+    sticky_groups: set[str],
+) -> None:
+    """With group scoring, only the members matching the most keys stay."""
+    default = scan.settings.use_group_scoring
+    for name, group in grouped.items():
+        if not default and not any(c.entry.use_group_scoring for c in group):
+            continue
+        if name in sticky_groups:
+            continue
+        scores = []
+        for c in group:
+            raw, folded = scan.buffer.text(c.scan_depth, c.extras, state)
+            whole = c.entry.match_whole_words
+            whole = scan.settings.match_whole_words if whole is None else whole
+            scores.append(c.score(raw, folded, scan.grams, whole))
+        best = max(scores)
+        at = 0
+        while at < len(group):
+            scored = group[at].entry.use_group_scoring
+            if (default if scored is None else scored) and scores[at] < best:
+                _js_remove(new, group[at])
+                del group[at], scores[at]
+                continue
+            at += 1
 
 
 __all__ = [
@@ -584,6 +794,8 @@ __all__ = [
     "NOT_ANY",
     "ActivatedEntry",
     "ActivationSettings",
+    "ScanContext",
     "ScanMessage",
     "activate",
+    "estimate_tokens",
 ]

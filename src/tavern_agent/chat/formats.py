@@ -6,24 +6,31 @@ line's original bytes too: writing a chat re-encodes only the lines that
 changed, so every other line stays byte-identical.
 
 Chat JSONL (SillyTavern ``public/script.js``, ``saveChat``): line 1 is a header
-``{user_name, character_name, create_date, chat_metadata}``; each further line
-is one message ``{name, is_user, is_system, send_date, mes, swipes, swipe_id,
-swipe_info, extra, …}``. A group chat has the same shape; its messages carry
-each speaker's ``name``. SillyTavern writes lines with ``JSON.stringify``:
-compact, non-ASCII kept, ``\\n`` between lines.
+``{user_name, character_name, create_date, chat_metadata}`` (since 1.13
+``{chat_metadata, user_name: "unused", character_name: "unused"}``); each
+further line is one message ``{name, is_user, is_system, send_date, mes,
+swipes, swipe_id, swipe_info, extra, …}``. A group chat has the same shape;
+its messages carry each speaker's ``name``, and one saved by SillyTavern 1.12
+or earlier has no header line. SillyTavern writes lines with
+``JSON.stringify``: compact, non-ASCII kept, ``\\n`` between lines, no final
+newline; it reads any line ``JSON.parse`` accepts and skips the others.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import copy
+import gc
 import hashlib
+import itertools
 import json
+import math
 import re
 import struct
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -233,6 +240,23 @@ class ChatFile:
         return bytes(out)
 
 
+@contextlib.contextmanager
+def collection_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many long-lived objects.
+
+    Parsing a 100,000-floor chat or indexing it allocates millions of objects
+    that all survive; each automatic collection on the way re-scans them, which
+    costs more than the work itself. Nothing built here forms cycles.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _header_name(value: Any) -> str:
     name = str(value or "")
     return "" if name == UNUSED_NAME else name
@@ -365,14 +389,17 @@ POSITIONS = {
     7: "outlet",
 }
 AND_ANY, NOT_ALL, NOT_ANY, AND_ALL = 0, 1, 2, 3
+DEFAULT_WEIGHT = 100
+_GROUP_SPLIT = re.compile(r",\s*")
 
 
-def _strings(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return tuple(s.strip() for s in value.split(",") if s.strip())
-    if isinstance(value, list):
-        return tuple(str(s) for s in value if isinstance(s, str | int | float) and str(s).strip())
-    return ()
+def _keys(value: Any) -> tuple[str, ...]:
+    """A key list as SillyTavern reads it: only an array counts (a string is no keys)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(
+        str(k) for k in value if isinstance(k, str | int | float) and not isinstance(k, bool)
+    )
 
 
 def _int(value: Any, default: int) -> int:
@@ -390,16 +417,38 @@ def _int(value: Any, default: int) -> int:
     return default
 
 
+def truthy(value: Any) -> bool:
+    """JavaScript truthiness of a JSON value."""
+    if isinstance(value, float) and math.isnan(value):
+        return False
+    return bool(value) or value == [] or value == {}
+
+
+def _loose_true(value: Any) -> bool:
+    """JavaScript's ``value == true`` for a JSON value (``1``, ``"1"`` and ``true``)."""
+    if value is True:
+        return True
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value == 1
+    if isinstance(value, str):
+        try:
+            return float(value.strip() or "0") == 1
+        except ValueError:
+            return False
+    return False
+
+
 def _opt_bool(value: Any) -> bool | None:
-    return value if isinstance(value, bool) else None
+    """``value ?? global``: ``None`` when unset, else its truthiness."""
+    return None if value is None else truthy(value)
 
 
 @dataclass(slots=True)
 class WorldEntry:
-    """One lorebook entry, typed view over ``raw`` with SillyTavern's defaults.
+    """One lorebook entry, typed view over ``raw`` with SillyTavern's reading of each field.
 
-    ``case_sensitive``, ``match_whole_words`` and ``scan_depth`` are ``None``
-    when the entry follows the global setting.
+    ``case_sensitive``, ``match_whole_words``, ``scan_depth`` and
+    ``use_group_scoring`` are ``None`` when the entry follows the global setting.
     """
 
     raw: dict[str, Any]
@@ -411,15 +460,16 @@ class WorldEntry:
 
     @property
     def keys(self) -> tuple[str, ...]:
-        return _strings(self.raw.get("key"))
+        return _keys(self.raw.get("key"))
 
     @property
     def secondary_keys(self) -> tuple[str, ...]:
-        return _strings(self.raw.get("keysecondary"))
+        return _keys(self.raw.get("keysecondary"))
 
     @property
     def selective(self) -> bool:
-        return self.raw.get("selective", True) is not False
+        """Secondary keys count only when set (a missing field means they are ignored)."""
+        return truthy(self.raw.get("selective"))
 
     @property
     def selective_logic(self) -> int:
@@ -428,11 +478,11 @@ class WorldEntry:
 
     @property
     def constant(self) -> bool:
-        return self.raw.get("constant") is True
+        return truthy(self.raw.get("constant"))
 
     @property
     def disabled(self) -> bool:
-        return self.raw.get("disable") is True
+        return _loose_true(self.raw.get("disable"))
 
     @property
     def content(self) -> str:
@@ -461,12 +511,15 @@ class WorldEntry:
         return _int(self.raw.get("depth"), 4)
 
     @property
-    def probability(self) -> int:
-        return _int(self.raw.get("probability"), 100)
+    def probability(self) -> int | None:
+        """``None`` when missing: a roll against it always fails, as in SillyTavern."""
+        value = self.raw.get("probability")
+        return None if value is None else _int(value, 0)
 
     @property
     def use_probability(self) -> bool:
-        return self.raw.get("useProbability", True) is not False
+        """Rolls only when set (a missing field means the entry never rolls)."""
+        return truthy(self.raw.get("useProbability"))
 
     @property
     def scan_depth(self) -> int | None:
@@ -483,42 +536,96 @@ class WorldEntry:
 
     @property
     def exclude_recursion(self) -> bool:
-        return self.raw.get("excludeRecursion") is True
+        return truthy(self.raw.get("excludeRecursion"))
 
     @property
     def prevent_recursion(self) -> bool:
-        return self.raw.get("preventRecursion") is True
+        return truthy(self.raw.get("preventRecursion"))
+
+    @property
+    def delay_until_recursion(self) -> int:
+        """0: off; ``true`` is level 1; a number is the recursion level it waits for."""
+        value = self.raw.get("delayUntilRecursion")
+        if not truthy(value):
+            return 0
+        return 1 if value is True else max(_int(value, 1), 1)
+
+    @property
+    def group(self) -> str:
+        value = self.raw.get("group")
+        return value if isinstance(value, str) else ""
 
     @property
     def groups(self) -> tuple[str, ...]:
-        return _strings(self.raw.get("group"))
+        """The inclusion groups: ``group`` split at commas (and the spaces after them)."""
+        return tuple(g for g in _GROUP_SPLIT.split(self.group) if g)
 
     @property
     def group_override(self) -> bool:
-        return self.raw.get("groupOverride") is True
+        return truthy(self.raw.get("groupOverride"))
 
     @property
-    def group_weight(self) -> int:
-        return max(_int(self.raw.get("groupWeight"), 100), 0)
+    def group_weight(self) -> float:
+        value = self.raw.get("groupWeight")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        return float(DEFAULT_WEIGHT)
+
+    @property
+    def use_group_scoring(self) -> bool | None:
+        return _opt_bool(self.raw.get("useGroupScoring"))
+
+    def timed(self, kind: str) -> int:
+        """``sticky``, ``cooldown`` or ``delay``: a number of messages (0 when unset)."""
+        return max(_int(self.raw.get(kind), 0), 0)
+
+    @property
+    def character_filter(self) -> dict[str, Any]:
+        value = self.raw.get("characterFilter")
+        return value if isinstance(value, dict) else {}
+
+    def matches_extra(self, field_name: str) -> bool:
+        """``matchCharacterDescription`` and its siblings: scan that text too."""
+        return truthy(self.raw.get(field_name))
 
     @property
     def label(self) -> str:
         return self.comment or (self.keys[0] if self.keys else f"entry {self.uid}")
 
 
+def js_key_order(keys: Iterable[str]) -> list[str]:
+    """JavaScript's property order: integer-like keys ascending, then the others as written."""
+    keys = list(keys)
+    numeric = [k for k in keys if k.isdigit() and (k == "0" or not k.startswith("0"))]
+    if numeric == keys and all(int(a) < int(b) for a, b in itertools.pairwise(keys)):
+        return keys  # the usual case: uids in ascending order
+    known = set(numeric)
+    return sorted(numeric, key=int) + [k for k in keys if k not in known]
+
+
 @dataclass(slots=True)
 class WorldBook:
-    """A lorebook: its name (the file stem in SillyTavern) and entries by map key."""
+    """A lorebook: its name (the file stem in SillyTavern) and entries by map key.
+
+    ``source`` says where SillyTavern takes the book from, which orders it
+    among the others: ``chat`` (bound to the chat), ``persona``,
+    ``character`` (the character's own) or ``global`` (selected globally).
+    """
 
     name: str
     raw: dict[str, Any]
     entries: dict[str, WorldEntry] = field(default_factory=dict)
+    source: str = "global"
 
     def encode(self) -> bytes:
         """The lorebook JSON; entries are written back from their ``raw`` objects."""
         out = dict(self.raw)
         out["entries"] = {k: e.raw for k, e in self.entries.items()}
         return json.dumps(out, ensure_ascii=False, indent=4).encode("utf-8")
+
+    def in_scan_order(self) -> list[WorldEntry]:
+        """The entries in the order SillyTavern walks ``entries`` (JavaScript key order)."""
+        return [self.entries[k] for k in js_key_order(self.entries)]
 
 
 def parse_world(data: bytes | Mapping[str, Any], name: str) -> WorldBook:
@@ -542,54 +649,77 @@ def parse_world(data: bytes | Mapping[str, Any], name: str) -> WorldBook:
     return book
 
 
-_BOOK_POSITIONS = {"before_char": 0, "after_char": 1}
+# character_book entry extension → world info field, with SillyTavern's default.
+_BOOK_EXTENSIONS: tuple[tuple[str, str, Any], ...] = (
+    ("exclude_recursion", "excludeRecursion", False),
+    ("prevent_recursion", "preventRecursion", False),
+    ("delay_until_recursion", "delayUntilRecursion", False),
+    ("probability", "probability", 100),
+    ("useProbability", "useProbability", True),
+    ("depth", "depth", 4),
+    ("selectiveLogic", "selectiveLogic", AND_ANY),
+    ("group", "group", ""),
+    ("group_override", "groupOverride", False),
+    ("group_weight", "groupWeight", DEFAULT_WEIGHT),
+    ("scan_depth", "scanDepth", None),
+    ("case_sensitive", "caseSensitive", None),
+    ("match_whole_words", "matchWholeWords", None),
+    ("use_group_scoring", "useGroupScoring", None),
+    ("automation_id", "automationId", ""),
+    ("role", "role", 0),
+    ("vectorized", "vectorized", False),
+    ("sticky", "sticky", None),
+    ("cooldown", "cooldown", None),
+    ("delay", "delay", None),
+    ("match_persona_description", "matchPersonaDescription", False),
+    ("match_character_description", "matchCharacterDescription", False),
+    ("match_character_personality", "matchCharacterPersonality", False),
+    ("match_character_depth_prompt", "matchCharacterDepthPrompt", False),
+    ("match_scenario", "matchScenario", False),
+    ("match_creator_notes", "matchCreatorNotes", False),
+)
 
 
 def character_book_to_world(book: Mapping[str, Any], name: str) -> WorldBook:
     """A card's ``character_book`` as world info, the way SillyTavern imports it.
 
-    SillyTavern keeps its own fields under each entry's ``extensions``
-    (``position``, ``depth``, ``probability``, ``selectiveLogic``, ``group``,
-    ``exclude_recursion``, ``prevent_recursion``, ``scan_depth``,
-    ``match_whole_words``, ``case_sensitive``, …); the card entry itself is
-    kept under ``characterBook`` so nothing is lost.
+    As SillyTavern's ``convertCharacterBook``: keys are taken as they are; an
+    entry without ``enabled: true`` is disabled; ``extensions.position`` wins,
+    else ``position: "before_char"`` is before the character and anything
+    else (no position too) after it; SillyTavern's own fields come from each
+    entry's ``extensions`` only (a top-level ``case_sensitive`` is ignored).
+    The card's book is kept whole under ``originalData``.
     """
     entries = book.get("entries")
     world = WorldBook(book.get("name") or name, {"entries": {}, "originalData": dict(book)})
+    world.source = "character"
     for index, item in enumerate(entries if isinstance(entries, list) else []):
         if not isinstance(item, dict):
             continue
         found = item.get("extensions")
         ext: dict[str, Any] = found if isinstance(found, dict) else {}
-        uid = _int(item.get("id"), index)
+        uid = item.get("id", index)
         position = ext.get("position")
         if position is None:
-            position = _BOOK_POSITIONS.get(str(item.get("position")), 0)
+            position = 0 if item.get("position") == "before_char" else 1
         raw: dict[str, Any] = {
             "uid": uid,
-            "key": list(_strings(item.get("keys"))),
-            "keysecondary": list(_strings(item.get("secondary_keys"))),
-            "comment": item.get("comment") or item.get("name") or "",
-            "content": item.get("content") or "",
-            "constant": item.get("constant") is True,
-            "selective": item.get("selective") is True,
-            "selectiveLogic": ext.get("selectiveLogic", AND_ANY),
-            "order": _int(item.get("insertion_order"), 100),
+            "key": item.get("keys"),
+            "keysecondary": item.get("secondary_keys") or [],
+            "comment": item.get("comment") or "",
+            "content": item.get("content"),
+            "constant": item.get("constant") or False,
+            "selective": item.get("selective") or False,
+            "order": item.get("insertion_order"),
             "position": position,
-            "disable": item.get("enabled") is False,
-            "depth": ext.get("depth", 4),
-            "probability": ext.get("probability", 100),
-            "useProbability": ext.get("useProbability", True),
-            "scanDepth": ext.get("scan_depth"),
-            "caseSensitive": ext.get("case_sensitive", item.get("case_sensitive")),
-            "matchWholeWords": ext.get("match_whole_words"),
-            "excludeRecursion": ext.get("exclude_recursion", False),
-            "preventRecursion": ext.get("prevent_recursion", False),
-            "group": ext.get("group", ""),
-            "groupOverride": ext.get("group_override", False),
-            "groupWeight": ext.get("group_weight", 100),
-            "characterBook": item,
+            "disable": not truthy(item.get("enabled")),
+            "addMemo": truthy(item.get("comment")),
+            "displayIndex": ext.get("display_index", index),
         }
+        for ext_name, field_name, default in _BOOK_EXTENSIONS:
+            value = ext.get(ext_name)
+            raw[field_name] = default if value is None else value
+        raw["extensions"] = ext
         world.entries[str(uid)] = WorldEntry(raw, world.name)
     return world
 
@@ -624,7 +754,7 @@ class CharacterCard:
         book = self.data.get("character_book")
         if not isinstance(book, dict):
             return None
-        return character_book_to_world(book, book.get("name") or f"{self.name}'s lorebook")
+        return character_book_to_world(book, book.get("name") or f"{self.name}'s Lorebook")
 
 
 def parse_card(data: bytes) -> CharacterCard:

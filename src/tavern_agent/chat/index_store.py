@@ -31,7 +31,8 @@ from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
-from tavern_agent.chat.formats import ChatFile, ChatMessage, parse_chat
+from tavern_agent.chat.formats import ChatFile, ChatMessage, collection_paused, parse_chat
+from tavern_agent.chat.progress import BuildProgress
 from tavern_agent.chat.search import ChatIndex, Doc
 from tavern_agent.fsutil import atomic_write
 
@@ -105,6 +106,13 @@ def load(path: Path) -> tuple[ChatIndex, list[bytes]] | None:
     return index, digests
 
 
+def _build(messages: Sequence[ChatMessage], progress: BuildProgress) -> ChatIndex:
+    progress.step = "indexing the chat"
+    progress.total = len(messages)
+    with collection_paused():
+        return ChatIndex(docs(messages), progress)
+
+
 def _common_prefix(a: Sequence[bytes], b: Sequence[bytes]) -> int:
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
@@ -120,6 +128,7 @@ def _common_prefix(a: Sequence[bytes], b: Sequence[bytes]) -> int:
 
 
 Saved = tuple[ChatIndex, list[bytes]]
+Prepared = tuple[list[bytes], Saved | None]  # what read_chat found besides the chat
 
 
 def read_chat(path: Path, folder: Path) -> tuple[ChatFile, list[bytes], Saved | None]:
@@ -138,7 +147,9 @@ def read_chat(path: Path, folder: Path) -> tuple[ChatFile, list[bytes], Saved | 
         hashed[id(line)] = (line, digest)
         return digest in seen
 
-    chat = parse_chat(path.read_bytes(), known=known)
+    data = path.read_bytes()
+    with collection_paused():
+        chat = parse_chat(data, known=known)
     digests = []
     for message in chat.messages:
         found = hashed.get(id(message.line))
@@ -153,24 +164,33 @@ def load_or_build(
     chat: ChatFile,
     folder: Path | None,
     *,
-    prepared: tuple[list[bytes], Saved | None] | None = None,
+    prepared: Prepared | None = None,
+    progress: BuildProgress | None = None,
 ) -> ChatIndex:
     """The search index of ``chat``, through the copy saved in ``folder`` when there is one.
 
-    ``prepared`` is what :func:`read_chat` gave besides the chat, when it read it.
+    ``prepared`` is what :func:`read_chat` gave besides the chat, when it read it;
+    ``progress`` counts the floors indexed.
     """
+    progress = progress or BuildProgress()
     if folder is None:
-        return ChatIndex(docs(chat.messages))
+        return _build(chat.messages, progress)
     path = folder / FILE
-    digests, saved = prepared if prepared is not None else (floor_digests(chat), load(path))
+    if prepared is None:
+        progress.step = "loading the saved index"
+        prepared = (floor_digests(chat), load(path))
+    digests, saved = prepared
     if saved is not None:
         index, old = saved
         keep = _common_prefix(old, digests)
         if keep == len(old) == len(digests):
             return index
-        index = index.updated(keep, docs(chat.messages[keep:]))
+        progress.step = "updating the index"
+        progress.total = len(digests) - keep
+        with collection_paused():
+            index = index.updated(keep, docs(chat.messages[keep:]), progress)
     else:
-        index = ChatIndex(docs(chat.messages))
+        index = _build(chat.messages, progress)
     with contextlib.suppress(OSError, ValueError):
         folder.mkdir(parents=True, exist_ok=True)
         save(path, index, digests)

@@ -38,6 +38,7 @@ from tavern_agent.chat.formats import (
     ChatFile,
     ChatFormatError,
     ChatMessage,
+    collection_paused,
     new_message,
     parse_chat,
 )
@@ -108,7 +109,8 @@ class FileChatRepository:
 
     def _parse(self, data: bytes) -> ChatFile:
         try:
-            return parse_chat(data)
+            with collection_paused():
+                return parse_chat(data)
         except ChatFormatError as exc:  # name the file: a user may pass several
             raise ChatFormatError(f"{self.path}: {exc}") from None
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,11 +22,14 @@ from tavern_agent import run_layout
 from tavern_agent.chat.activation import (
     ActivatedEntry,
     ActivationSettings,
+    ScanContext,
     ScanMessage,
     activate,
 )
-from tavern_agent.chat.formats import ChatFile, WorldBook
-from tavern_agent.chat.index_store import Saved, load_or_build, read_chat
+from tavern_agent.chat.formats import CharacterCard, ChatFile, WorldBook
+from tavern_agent.chat.index_store import Prepared, load_or_build, read_chat
+from tavern_agent.chat.macros import MacroValues
+from tavern_agent.chat.progress import BuildProgress, in_background, wait
 from tavern_agent.chat.repository import (
     ChatCommit,
     ChatRepository,
@@ -106,6 +111,59 @@ def scan_messages(chat: ChatFile, count: int) -> list[ScanMessage]:
     return [ScanMessage(m.name, m.mes) for m in chat.messages[:count] if not m.hidden]
 
 
+def card_texts(card: CharacterCard | None, persona: str = "") -> dict[str, str]:
+    """The texts entries with ``matchCharacterDescription`` and its siblings scan."""
+    data = card.data if card is not None else {}
+    ext = data.get("extensions") if isinstance(data.get("extensions"), dict) else {}
+    depth = ext.get("depth_prompt") if isinstance(ext, dict) else None
+    fields = {
+        "matchPersonaDescription": persona,
+        "matchCharacterDescription": data.get("description"),
+        "matchCharacterPersonality": data.get("personality"),
+        "matchCharacterDepthPrompt": depth.get("prompt") if isinstance(depth, dict) else None,
+        "matchScenario": data.get("scenario"),
+        "matchCreatorNotes": data.get("creator_notes") or data.get("creatorcomment"),
+    }
+    return {k: v for k, v in fields.items() if isinstance(v, str) and v}
+
+
+def scan_context(
+    chat: ChatFile,
+    *,
+    character: str,
+    card: CharacterCard | None = None,
+    user: str | None = None,
+    persona: str = "",
+    character_file: str = "",
+    character_tags: frozenset[str] | None = None,
+    group: tuple[str, ...] = (),
+) -> ScanContext:
+    """What activation needs besides the messages: names for macros, card texts, the
+    chat's stored timed effects, and what character filters look at."""
+    data = card.data if card is not None else {}
+
+    def text(name: str) -> str:
+        value = data.get(name)
+        return value if isinstance(value, str) else ""
+
+    macros = MacroValues(
+        user=user or chat.speaker(user=True) or "User",
+        char=character,
+        group=group,
+        persona=persona,
+        description=text("description"),
+        personality=text("personality"),
+        scenario=text("scenario"),
+    )
+    return ScanContext(
+        macros=macros,
+        character_file=character_file,
+        character_tags=character_tags,
+        texts=card_texts(card, persona),
+        timed=chat.metadata.get("timedWorldInfo"),
+    )
+
+
 def freeze(
     chat: ChatFile,
     stable_chat_id: str,
@@ -116,14 +174,17 @@ def freeze(
     rng: random.Random | None = None,
     precomputed: Sequence[dict[str, Any]] | None = None,
     character: str | None = None,
+    context: ScanContext | None = None,
 ) -> ChatRunInput:
     """The run input for ``chat`` as it is now.
 
     ``precomputed`` is the host's activation list, used as given; otherwise
     the entries of ``books`` are activated here. With neither, activation is
     unavailable to the run. ``character`` (the card's name) is who replies;
-    default the chat's own character (:meth:`ChatFile.speaker`).
+    default the chat's own character (:meth:`ChatFile.speaker`). ``context``
+    defaults to :func:`scan_context` with the chat's names.
     """
+    character = character or chat.speaker(user=False)
     count = len(chat.messages)
     activation: tuple[ActivatedEntry, ...] | None
     books = list(books)
@@ -131,20 +192,28 @@ def freeze(
         activation = tuple(ActivatedEntry.from_json(a, i) for i, a in enumerate(precomputed))
         source: str | None = "host"
     elif books:
-        activation = tuple(activate(books, scan_messages(chat, count), settings, rng))
+        context = context or scan_context(chat, character=character)
+        messages = scan_messages(chat, count)
+        activation = tuple(activate(books, messages, settings, rng, context))
         source = "computed"
     else:
         activation, source = None, None
     return ChatRunInput(
         stable_chat_id=stable_chat_id,
         title=title,
-        character=character or chat.speaker(user=False),
+        character=character,
         user_name=chat.speaker(user=True),
         floor_count=count,
         prefix_sha256=prefix_digest(chat, count),
         activation=activation,
         activation_source=source,
     )
+
+
+def file_stamp(path: Path) -> tuple[int, int, int]:
+    """What tells that a chat file changed: inode (replaced), size and modification time."""
+    st = path.stat()
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @dataclass(slots=True)
@@ -155,6 +224,11 @@ class ChatRun:
     index are cached and reloaded only when the file changes. With ``index_dir``
     (the chat workspace's mount folder) the search index is also saved there and
     reused by later runs on the same chat (:mod:`tavern_agent.chat.index_store`).
+
+    The index is built on a worker thread: :meth:`index_in_background` starts
+    that when the run starts, and :meth:`index` waits for it (through
+    :func:`tavern_agent.chat.progress.wait`, which shows a bar in the CLI).
+    Calls on tool threads may overlap, so the caches change under a lock.
     """
 
     repository: ChatRepository
@@ -163,35 +237,65 @@ class ChatRun:
     profile_id: str = ""
     allow_commit: bool = True
     index_dir: Path | None = None
-    _cache: tuple[Any, ChatFile, ChatIndex | None] | None = field(default=None, repr=False)
-    _prepared: tuple[list[bytes], Saved | None] | None = field(default=None, repr=False)
+    _cache: tuple[Any, ChatFile, Prepared | None] | None = field(default=None, repr=False)
+    _job: tuple[Any, Future[ChatIndex], BuildProgress] | None = field(default=None, repr=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     def _stamp(self) -> Any:
         path = getattr(self.repository, "path", None)
-        if isinstance(path, Path):
-            st = path.stat()
-            return (st.st_ino, st.st_size, st.st_mtime_ns)
-        return None
+        return file_stamp(path) if isinstance(path, Path) else None
 
     def chat(self) -> ChatFile:
         """The chat file now (``FileNotFoundError`` if it is gone)."""
+        return self._read()[1]
+
+    def _read(self) -> tuple[Any, ChatFile, Prepared | None]:
         stamp = self._stamp()
-        if self._cache is None or stamp is None or self._cache[0] != stamp:
-            if self.index_dir is not None and isinstance(self.repository, FileChatRepository):
-                chat, digests, saved = read_chat(self.repository.path, self.index_dir)
-                self._prepared = (digests, saved)
-            else:
-                chat, self._prepared = self.repository.load(), None
-            self._cache = (stamp, chat, None)
-        return self._cache[1]
+        with self._lock:
+            if self._cache is None or stamp is None or self._cache[0] != stamp:
+                if self.index_dir is not None and isinstance(self.repository, FileChatRepository):
+                    chat, digests, saved = read_chat(self.repository.path, self.index_dir)
+                    self._cache = (stamp, chat, (digests, saved))
+                else:
+                    self._cache = (stamp, self.repository.load(), None)
+            return self._cache
+
+    def prime(self, chat: ChatFile, stamp: Any) -> None:
+        """Use ``chat``, read when the file's :func:`file_stamp` was ``stamp``, not a new read.
+
+        Take the stamp before reading: a file changed after it then has another
+        stamp and is read again.
+        """
+        with self._lock:
+            if self._cache is None:
+                self._cache = (stamp, chat, None)
+
+    def index_in_background(self) -> None:
+        """Start reading the chat and building (or loading) its index on a worker thread."""
+        self._index_job()
 
     def index(self) -> ChatIndex:
-        chat = self.chat()
-        assert self._cache is not None
-        index = self._cache[2]
-        if index is None:
-            index = load_or_build(chat, self.index_dir, prepared=self._prepared)
-            self._cache, self._prepared = (self._cache[0], chat, index), None
+        """The search index of the chat now, waiting for a build under way."""
+        future, progress = self._index_job()
+        return wait(future, progress)
+
+    def _index_job(self) -> tuple[Future[ChatIndex], BuildProgress]:
+        stamp = self._stamp()
+        with self._lock:
+            job = self._job
+            if job is not None and stamp is not None and job[0] == stamp:
+                return job[1], job[2]
+            progress = BuildProgress()
+            future = in_background(lambda: self._build(progress))
+            self._job = (stamp, future, progress)
+            return future, progress
+
+    def _build(self, progress: BuildProgress) -> ChatIndex:
+        stamp, chat, prepared = self._read()
+        index = load_or_build(chat, self.index_dir, prepared=prepared, progress=progress)
+        with self._lock:  # the saved copy and digests are not needed any more
+            if self._cache is not None and self._cache[0] == stamp:
+                self._cache = (stamp, chat, None)
         return index
 
     @property
@@ -212,7 +316,8 @@ class ChatRun:
             prefix_sha256=self.input.prefix_sha256,
         )
         receipt = self.repository.apply_commit(commit)
-        self._cache = None
+        with self._lock:
+            self._cache = self._job = None
         return receipt
 
     def apply_effect(self, effect: CommitRequested, workspace: Workspace) -> CommitReceipt:

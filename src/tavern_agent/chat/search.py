@@ -26,6 +26,7 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
+from typing import Protocol
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\uff66-\uff9f"
 _TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
@@ -33,6 +34,13 @@ _WORD = re.compile(rf"[^\W_{_CJK}]+")
 _HAS_CJK = re.compile(rf"[{_CJK}]")
 K1 = 1.2
 B = 0.75
+_STEP = 2048  # texts indexed between two progress updates
+
+
+class Tally(Protocol):
+    """Where a build counts the floors it indexed (a ``chat.progress.BuildProgress``)."""
+
+    done: int
 
 
 # For ASCII text: upper case folded, every other character that is not a letter or digit a
@@ -88,7 +96,7 @@ class ChatIndex:
     one built from scratch.
     """
 
-    def __init__(self, docs: Sequence[Doc]) -> None:
+    def __init__(self, docs: Sequence[Doc], progress: Tally | None = None) -> None:
         self.roles: list[str] = [d.role for d in docs]
         self.hidden = bytearray(d.hidden for d in docs)
         self.lengths = array("I")
@@ -96,7 +104,8 @@ class ChatIndex:
         self._bounds = array("Q", [0])
         self._floors = array("I")
         self._tfs = array("I")
-        for term, seen in _occurrences([d.text for d in docs], 0, self.lengths).items():
+        texts = [d.text for d in docs]
+        for term, seen in _occurrences(texts, 0, self.lengths, progress).items():
             self._add(term, seen)
         self._finish()
 
@@ -114,7 +123,7 @@ class ChatIndex:
     def __len__(self) -> int:
         return len(self.roles)
 
-    def updated(self, keep: int, docs: Sequence[Doc]) -> ChatIndex:
+    def updated(self, keep: int, docs: Sequence[Doc], progress: Tally | None = None) -> ChatIndex:
         """A new index: this one's floors before ``keep``, then ``docs`` as floors ``keep…``."""
         keep = min(keep, len(self))
         new = ChatIndex.__new__(ChatIndex)
@@ -123,7 +132,7 @@ class ChatIndex:
         new.lengths = self.lengths[:keep]
         new._terms, new._bounds = {}, array("Q", [0])
         new._floors, new._tfs = array("I"), array("I")
-        added = _occurrences([d.text for d in docs], keep, new.lengths)
+        added = _occurrences([d.text for d in docs], keep, new.lengths, progress)
         floors, tfs, bounds = self._floors, self._tfs, self._bounds
         for term, i in self._terms.items():
             start = bounds[i]
@@ -246,19 +255,25 @@ class ChatIndex:
         return ranked
 
 
-def _occurrences(texts: Iterable[str], first: int, lengths: array[int]) -> dict[str, list[int]]:
+def _occurrences(
+    texts: Sequence[str], first: int, lengths: array[int], progress: Tally | None = None
+) -> dict[str, list[int]]:
     """Term → the floor of each of its occurrences (ascending); appends each text's length.
 
     The inner loop runs in C (``map`` over bound lookups and ``list.append``), which is
     what makes building the index of a large chat take seconds rather than many.
+    ``progress.done`` counts the texts done, in steps of :data:`_STEP`.
     """
     found: defaultdict[str, list[int]] = defaultdict(list)
     slot = found.__getitem__
     append = list.append
-    for floor, text in enumerate(texts, first):
-        tokens = tokenize(text)
-        lengths.append(len(tokens))
-        deque(map(append, map(slot, tokens), repeat(floor)), maxlen=0)
+    for start in range(0, len(texts), _STEP):
+        for floor, text in enumerate(texts[start : start + _STEP], first + start):
+            tokens = tokenize(text)
+            lengths.append(len(tokens))
+            deque(map(append, map(slot, tokens), repeat(floor)), maxlen=0)
+        if progress is not None:
+            progress.done = min(start + _STEP, len(texts))
     return found
 
 

@@ -78,6 +78,7 @@ class ErrorCode(StrEnum):
     WORKSPACE_SHELL_LIMIT = "workspace.shell_limit"
     WORKSPACE_SHELL_CANCELLED = "workspace.shell_cancelled"
     WORKSPACE_SHELL_FAILED = "workspace.shell_failed"
+    WORKSPACE_STORAGE_FAILED = "workspace.storage_failed"
     # mcp and extension sources
     MCP_PERMISSION_DENIED = "mcp.permission_denied"
     MCP_TOOL_ERROR = "mcp.tool_error"
@@ -224,6 +225,9 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
         True, "The run was cancelled while the shell command ran; files it wrote stay written."
     ),
     ErrorCode.WORKSPACE_SHELL_FAILED: ErrorInfo(True, "The shell sandbox could not start."),
+    ErrorCode.WORKSPACE_STORAGE_FAILED: ErrorInfo(
+        True, "The disk refused the call's file access (full, read-only, I/O error)."
+    ),
     ErrorCode.MCP_PERMISSION_DENIED: ErrorInfo(
         True, "The MCP tool is paused, removed or off; the call was not sent."
     ),

@@ -13,6 +13,8 @@ import json
 import sys
 from typing import Any
 
+import msgspec
+
 
 class JsonInputError(ValueError):
     """The bytes are not JSON we can read; the message says why in one line."""
@@ -31,8 +33,24 @@ def describe(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+_FAST_DECODE = msgspec.json.Decoder().decode
+
+
 def loads(data: bytes | str) -> Any:
-    """``json.loads``, raising only :class:`JsonInputError` for bad input."""
+    """``json.loads``, raising only :class:`JsonInputError` for bad input.
+
+    Bytes go through msgspec's decoder first, which reads a large chat several
+    times faster. The two agree on everything msgspec accepts (integers of any
+    size stay integers, which is why it is msgspec and not orjson); whatever
+    msgspec refuses (lone surrogates, ``NaN``, numbers out of range, deep
+    nesting, bad JSON) goes to ``json.loads``, so every value and every error
+    is the standard library's.
+    """
+    if isinstance(data, bytes):
+        try:
+            return _FAST_DECODE(data)
+        except (ValueError, RecursionError):  # msgspec's errors are ValueErrors
+            pass
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as exc:

@@ -36,7 +36,8 @@ def load_modules(modules: Iterable[str]) -> None:
     "origins",
     multiple=True,
     metavar="ORIGIN",
-    help="Another page origin allowed to connect (its own origin always is).",
+    help="Another page origin allowed to connect (its own origin always is); "
+    "its host name is accepted in Host headers too.",
 )
 @click.option(
     "--pages",

@@ -8,6 +8,10 @@ One process (``tavern-agent serve``) listens on 127.0.0.1 only and serves:
 * ``/ext/runtime`` — the runtime channel: a tavern-agent process (see
   :mod:`tavern_agent.extensions.remote`) reads the catalog and invokes tools.
 
+Every request must name a loopback host (``127.0.0.1``, ``localhost``, ``::1``)
+or the host of an allowed origin in its ``Host`` header; anything else is
+refused with 421, so a DNS-rebound name cannot read ``/pages/`` as its own.
+
 Both WebSocket paths demand the token created at start, offered as the
 subprotocol ``token.<hex>`` beside ``tavern-agent.v1`` (browsers cannot set
 headers). The page channel demands an ``Origin`` from the allow list; the
@@ -46,6 +50,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
@@ -63,6 +68,7 @@ from tavern_agent.extensions.python import (
 )
 from tavern_agent.tools.catalog import ExternalReceipt, enabled_catalog, entry_availability
 from tavern_agent.tools.context import CallContext
+from tavern_agent.tools.texts import OUTSIDE_FAILURE_STEP, outside_text
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +78,7 @@ PAGE_PATH = "/ext/ws"
 RUNTIME_PATH = "/ext/runtime"
 CLIENT_PATH = "/ext/tavern-agent.js"
 PAGES_PREFIX = "/pages/"
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 DEFAULT_CALL_TIMEOUT = 60.0
 MAX_MESSAGE_BYTES = 1024 * 1024
 DESCRIPTION_CHARS = 2_000
@@ -188,6 +195,17 @@ def fail(code: ErrorCode, message: str, raw: Any = None) -> ExternalReceipt:
     return ExternalReceipt(content=message, is_error=True, error_code=code, raw=raw)
 
 
+def host_name(header: str | None) -> str | None:
+    """The lower-case host name of a ``Host`` header, without port or trailing dot."""
+    if not header:
+        return None
+    try:
+        name = urlsplit(f"http://{header.strip()}").hostname
+    except ValueError:
+        return None
+    return name.rstrip(".") if name else None
+
+
 def offered_token(request: Request) -> str | None:
     """The token a client offered as the subprotocol ``token.<hex>``, if any."""
     for header in request.headers.get_all("Sec-WebSocket-Protocol"):
@@ -276,8 +294,20 @@ class ExtensionHost:
     ) -> Subprotocol | None:
         return SUBPROTOCOL if SUBPROTOCOL in offered else None
 
+    @property
+    def allowed_hosts(self) -> set[str]:
+        """Host names a request may carry: loopback ones and those of the allowed origins."""
+        configured = {urlsplit(o).hostname or "" for o in self.extra_origins}
+        return set(LOOPBACK_HOSTS | configured) - {""}
+
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
+        host = host_name(request.headers.get("Host"))
+        if host not in self.allowed_hosts:
+            # DNS rebinding: a page of evil.example whose name now points at 127.0.0.1
+            # would otherwise read /pages/ as its own origin.
+            log.warning("extension host: refused request for host %r", host)
+            return connection.respond(421, "Host not allowed: use 127.0.0.1 or localhost\n")
         if path == CLIENT_PATH:
             return self._static(self._script, "text/javascript; charset=utf-8")
         if path.startswith(PAGES_PREFIX):
@@ -434,8 +464,15 @@ class ExtensionHost:
         else:
             error = message.get("error")
             text = error.get("message") if isinstance(error, dict) else None
-            text = str(text)[:DESCRIPTION_CHARS] if text else "the extension reported an error"
-            receipt = fail(ErrorCode.EXTENSION_TOOL_ERROR, f"{pending.name} failed: {text}", error)
+            # The page's full error stays in the result file; the model gets one path-free line.
+            shown = outside_text(str(text)) if text else "the extension reported an error"
+            receipt = ExternalReceipt(
+                content=f"{pending.name} failed: {shown}. {OUTSIDE_FAILURE_STEP}",
+                structured={"error": error},
+                is_error=True,
+                error_code=ErrorCode.EXTENSION_TOOL_ERROR,
+                raw=error,
+            )
         pending.future.set_result(receipt)
 
     # ------------------------------------------------------------ the port

@@ -25,6 +25,7 @@ import json
 import logging
 import queue
 import threading
+import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_args, get_type_hints
@@ -36,6 +37,7 @@ from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.ids import ToolId
 from tavern_agent.tools.catalog import ExternalReceipt, enabled_catalog, entry_availability
 from tavern_agent.tools.context import CallContext
+from tavern_agent.tools.texts import OUTSIDE_FAILURE_STEP, exception_text
 
 log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 60.0  # seconds, as for a page's tool
@@ -109,12 +111,23 @@ def _type_name(value: Any) -> str:
     return type(value).__qualname__
 
 
-def error_receipt(name: str, message: str, raw: Any = None) -> ExternalReceipt:
+def error_receipt(name: str, exc: BaseException) -> ExternalReceipt:
+    """A function's exception as a result: a short, path-free text for the model.
+
+    The exception's full text and traceback stay in ``structured``, which the
+    run records with the call's result but never sends to the model.
+    """
+    full = {
+        "exception": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
     return ExternalReceipt(
-        content=f"{name} failed: {message}",
+        content=f"{name} failed: {exception_text(exc, with_type=False)}. {OUTSIDE_FAILURE_STEP}",
+        structured=full,
         is_error=True,
         error_code=ErrorCode.EXTENSION_TOOL_ERROR,
-        raw=raw,
+        raw=full,
     )
 
 
@@ -179,12 +192,7 @@ class PythonTool:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the function's own failure is a result, never a crash
-            message = str(exc) or type(exc).__name__
-            return error_receipt(
-                name,
-                message,
-                raw={"exception": type(exc).__name__, "message": str(exc)},
-            )
+            return error_receipt(name, exc)
         return receipt_for_value(value, name)
 
 

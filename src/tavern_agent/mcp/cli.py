@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from tavern_agent.core.redact import MASK, url_without_userinfo
 from tavern_agent.inputs import InputError, load_json
 from tavern_agent.mcp.registrations import (
     DiscoveredCatalog,
@@ -19,6 +20,7 @@ from tavern_agent.mcp.registrations import (
     import_mcp_servers,
     parse_registration,
 )
+from tavern_agent.terminal import say
 
 
 def _store(ctx: click.Context) -> RegistrationStore:
@@ -139,8 +141,13 @@ def _catalog_lines(reg: Registration, cat: DiscoveredCatalog | None) -> list[str
 
 @mcp_group.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Registrations and catalogs as JSON.")
+@click.option(
+    "--show-secrets",
+    is_flag=True,
+    help="Print header and environment values and URL user-info as stored (masked by default).",
+)
 @click.pass_context
-def mcp_list(ctx: click.Context, as_json: bool) -> None:
+def mcp_list(ctx: click.Context, as_json: bool, show_secrets: bool) -> None:
     """Servers, their tools with permissions, and the age of each discovery."""
     store = _store(ctx)
     regs, broken = store.scan()
@@ -148,24 +155,38 @@ def mcp_list(ctx: click.Context, as_json: bool) -> None:
         out: list[dict[str, Any]] = []
         for reg in regs:
             cat = store.catalog(reg.id)
-            entry = reg.to_json()
+            entry = reg.to_json() if show_secrets else _masked(reg.to_json())
             entry["catalog"] = None if cat is None else cat.model_dump(mode="json", by_alias=True)
             out.append(entry)
         out.extend({"id": b.id, "file": str(b.path), "problem": b.problem} for b in broken)
         click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
     if not regs and not broken:
-        click.echo("(no MCP servers; add one with `tavern-agent mcp add`)")
+        say("(no MCP servers; add one with `tavern-agent mcp add`)")
     for reg in regs:
         t = reg.transport
-        where = t.url if t.type == "http" else " ".join([t.command, *t.args])
-        click.echo(f"{reg.id}  {reg.display_name!r}  {reg.state}  {t.type}: {where}")
+        if t.type == "http":
+            where = t.url if show_secrets else url_without_userinfo(t.url)
+        else:
+            where = " ".join([t.command, *t.args])
+        say(f"{reg.id}  {reg.display_name!r}  {reg.state}  {t.type}: {where}")
         for line in _catalog_lines(reg, store.catalog(reg.id)):
-            click.echo(line)
+            say(line)
     for bad in broken:
-        click.echo(f"{bad.id}  broken  {bad.path}")
-        click.echo(f"  problem: {bad.problem}")
-        click.echo(f"  skipped; fix the file or run `tavern-agent mcp remove {bad.id}`")
+        say(f"{bad.id}  broken  {bad.path}")
+        say(f"  problem: {bad.problem}")
+        say(f"  skipped; fix the file or run `tavern-agent mcp remove {bad.id}`")
+
+
+def _masked(entry: dict[str, Any]) -> dict[str, Any]:
+    """A registration's JSON with header and environment values masked: they often hold keys."""
+    transport = entry["transport"]
+    for name in ("env", "headers"):
+        if transport.get(name):
+            transport[name] = dict.fromkeys(transport[name], MASK)
+    if transport.get("url"):
+        transport["url"] = url_without_userinfo(transport["url"])
+    return entry
 
 
 @mcp_group.command("remove")
@@ -224,7 +245,7 @@ def mcp_discover(ctx: click.Context, ref: str) -> None:
     except RegistrationError as exc:
         raise click.ClickException(str(exc)) from None
     for line in _catalog_lines(reg, cat):
-        click.echo(line)
+        say(line)
 
 
 def _permit(ctx: click.Context, ref: str, tools: tuple[str, ...], every: bool, to: str) -> None:
@@ -280,17 +301,40 @@ def _http_registration(ctx: click.Context, ref: str) -> Registration:
 @mcp_group.command("login")
 @click.argument("ref")
 @click.option("--no-browser", is_flag=True, help="Print the login URL instead of opening it.")
+@click.option("--client-id", default=None, help="A client id registered beforehand.")
+@click.option("--client-secret", default=None, help="Its secret, if it has one.")
+@click.option(
+    "--client-metadata-url", default=None, help="HTTPS URL of a client ID metadata document."
+)
 @click.pass_context
-def mcp_login(ctx: click.Context, ref: str, no_browser: bool) -> None:
-    """Log in to HTTP server REF with OAuth (opens the browser; tokens are kept, mode 0600)."""
-    from tavern_agent.mcp.oauth import FileTokenStorage, login
+def mcp_login(
+    ctx: click.Context,
+    ref: str,
+    no_browser: bool,
+    client_id: str | None,
+    client_secret: str | None,
+    client_metadata_url: str | None,
+) -> None:
+    """Log in to HTTP server REF with OAuth (opens the browser; tokens are kept, mode 0600).
+
+    The client registers itself where the server allows it; otherwise give
+    --client-id (and --client-secret) of a client registered beforehand.
+    """
+    from tavern_agent.mcp.logs import capture_sdk_logs
+    from tavern_agent.mcp.oauth import ClientChoice, FileTokenStorage, login
+
+    capture_sdk_logs(_store(ctx).logs_dir / "sdk.log")
+
+    if client_secret and not client_id:
+        raise click.UsageError("--client-secret needs --client-id")
+    choice = ClientChoice(client_id, client_secret, client_metadata_url)
 
     reg = _http_registration(ctx, ref)
     assert reg.transport.type == "http"
     storage = FileTokenStorage(_store(ctx).oauth_path(reg.id))
 
     async def show(url: str) -> None:
-        click.echo(f"Log in to {reg.display_name} at:\n  {url}", err=True)
+        say(f"Log in to {reg.display_name} at:\n  {url}", err=True)
         if not no_browser:
             import webbrowser
 
@@ -307,6 +351,7 @@ def mcp_login(ctx: click.Context, ref: str, no_browser: bool) -> None:
                 storage,
                 show,
                 reg.timeouts.connect_seconds,
+                choice,
             )
         )
     except Exception as exc:  # a failed login is a message, not a traceback

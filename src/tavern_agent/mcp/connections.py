@@ -51,7 +51,9 @@ class ConnectError(Exception):
         self.login_needed = login_needed
 
 
-MALFORMED_PREFIX = "Failed to parse the server's response"
+# Parse errors the client side makes up for a response it could not read: ours
+# below, and the SDK's HTTP transport's ("Failed to parse JSON response: ...").
+MALFORMED_PREFIX = "Failed to parse"
 
 
 def _as_error_response(exc: Exception) -> SessionMessage | None:
@@ -70,7 +72,8 @@ def _as_error_response(exc: Exception) -> SessionMessage | None:
                 what = error["msg"] if "result" in found else "it has neither result nor error"
                 if "result" in found and not isinstance(found["result"], dict):
                     what = "its result is not an object"
-                data = types.ErrorData(code=PARSE_ERROR, message=f"{MALFORMED_PREFIX}: {what}")
+                message = f"{MALFORMED_PREFIX} the server's response: {what}"
+                data = types.ErrorData(code=PARSE_ERROR, message=message)
                 return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=req_id, error=data))
     return None
 
@@ -292,7 +295,12 @@ class ConnectionPool:
     async def get(self, reg: Registration) -> Connection:
         """A live connection for ``reg``, started if needed; raises :class:`ConnectError`."""
         conn = self._connections.get(reg.id)
-        if conn is not None and conn.alive and conn.transport == reg.transport:
+        # `is` first: an unchanged registration file gives the same cached object.
+        if (
+            conn is not None
+            and conn.alive
+            and (conn.transport is reg.transport or conn.transport == reg.transport)
+        ):
             return conn
         lock = self._locks.setdefault(reg.id, asyncio.Lock())
         async with lock:

@@ -36,7 +36,9 @@ from tavern_agent.mcp.connections import (
     ConnectError,
     Connection,
     ConnectionPool,
+    describe_error,
 )
+from tavern_agent.mcp.deadlines import Deadlines
 from tavern_agent.mcp.logs import capture_sdk_logs
 from tavern_agent.mcp.registrations import (
     DiscoveredCatalog,
@@ -51,11 +53,48 @@ from tavern_agent.mcp.results import convert_result
 from tavern_agent.tools.catalog import ExternalReceipt
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.results import ResultFiles
+from tavern_agent.tools.texts import outside_text
 
 log = logging.getLogger(__name__)
 MAX_ARGUMENT_BYTES = 256 * 1024
 MAX_LIST_PAGES = 1_000
 DESCRIPTION_CHARS = 2_000
+
+
+def _size_bound(value: Any, budget: int) -> int:
+    """An upper bound of ``value``'s UTF-8 JSON size, stopping once it passes ``budget``.
+
+    Much cheaper than serializing for the small arguments of most calls: a
+    character takes at most 6 bytes in JSON (a ``\\uXXXX`` escape).
+    """
+    if isinstance(value, str):
+        return 6 * len(value) + 2
+    if isinstance(value, dict):
+        total = 2
+        for key, item in value.items():
+            total += 6 * len(str(key)) + 4 + _size_bound(item, budget - total)
+            if total > budget:
+                break
+        return total
+    if isinstance(value, list | tuple):
+        total = 2
+        for item in value:
+            total += _size_bound(item, budget - total) + 2
+            if total > budget:
+                break
+        return total
+    return 32  # numbers, booleans, null
+
+
+def oversize(arguments: dict[str, Any]) -> int | None:
+    """The UTF-8 JSON size of ``arguments`` if it is over the limit, else ``None``.
+
+    Serializes only when a cheap bound says the limit could be passed.
+    """
+    if _size_bound(arguments, MAX_ARGUMENT_BYTES) <= MAX_ARGUMENT_BYTES:
+        return None
+    size = len(json.dumps(arguments, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    return size if size > MAX_ARGUMENT_BYTES else None
 
 
 def _connection_lost(exc: MCPError, conn: Connection) -> bool:
@@ -93,6 +132,7 @@ class McpManager:
         self.pool.elicitation = self._elicitation
         self._refreshes: set[asyncio.Task[None]] = set()
         self._reported: set[str] = set()  # broken registration diagnostics already logged
+        self._deadlines = Deadlines()
 
     async def __aenter__(self) -> Self:
         return self
@@ -109,6 +149,7 @@ class McpManager:
         """Close every connection (stdio servers are stopped)."""
         for task in list(self._refreshes):
             task.cancel()
+        await self._deadlines.aclose()
         await self.pool.close_all()
 
     # ------------------------------------------------------------ discovery
@@ -126,7 +167,16 @@ class McpManager:
                     f"{reg.id}: the server needs a login; run `tavern-agent mcp login {reg.id}`"
                 ) from None
             raise RegistrationError(f"{reg.id}: could not connect: {exc}") from None
-        return await self._list_and_store(reg, conn)
+        try:
+            return await self._list_and_store(reg, conn)
+        except RegistrationError:
+            raise
+        except Exception as exc:  # the server's error or a lost connection: a message
+            if conn.login_needed:
+                raise RegistrationError(
+                    f"{reg.id}: the server needs a login; run `tavern-agent mcp login {reg.id}`"
+                ) from None
+            raise RegistrationError(f"{reg.id}: tools/list failed: {describe_error(exc)}") from None
 
     async def _list_and_store(self, reg: Registration, conn: Connection) -> DiscoveredCatalog:
         assert conn.session is not None
@@ -290,8 +340,8 @@ class McpManager:
                 ErrorCode.MCP_PERMISSION_DENIED,
                 f"{name} has been switched off. {not_sent}; do without it.",
             )
-        size = len(json.dumps(arguments, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-        if size > MAX_ARGUMENT_BYTES:
+        size = oversize(arguments)
+        if size is not None:
             return _fail(
                 ErrorCode.MCP_ARGUMENTS_TOO_LARGE,
                 f"Arguments for {name} are {size / 1024:,.0f} KiB; the limit is 256 KiB. "
@@ -312,7 +362,7 @@ class McpManager:
                 return self._login_required(reg, name)
             return _fail(
                 ErrorCode.MCP_SERVER_UNAVAILABLE,
-                f"{name} could not reach its MCP server ({exc}). {not_sent}; "
+                f"{name} could not reach its MCP server ({outside_text(str(exc))}). {not_sent}; "
                 "try again later or do without it.",
             )
         return await self._call(conn, reg, tool_id.name, name, arguments, context)
@@ -330,9 +380,10 @@ class McpManager:
         seconds = reg.timeouts.call_seconds
         unknown = "It may have run. Check the current state before repeating it; it is not retried."
         try:
-            # asyncio.timeout costs one timer; the SDK's read_timeout_seconds cost
-            # about 0.2 ms per call here, a third of a local round trip.
-            async with asyncio.timeout(seconds):
+            # One watchdog for every call's timeout: a timer per call (the SDK's
+            # read_timeout_seconds, or asyncio.timeout) is measurable next to a
+            # local round trip.
+            async with self._deadlines.within(seconds):
                 result = await conn.session.call_tool(tool, arguments)
         except MCPError as exc:
             if conn.login_needed:
@@ -358,7 +409,7 @@ class McpManager:
                 return self._login_required(reg, name)
             return self._unknown(name, f"got no answer within {seconds:g} s", unknown, exc)
         except (ValidationError, RuntimeError) as exc:
-            detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            detail = outside_text(str(exc)) if str(exc) else type(exc).__name__
             return _fail(
                 ErrorCode.MCP_UNSUPPORTED_RESPONSE,
                 f"{name} sent a reply that is not a valid tool result ({detail}).",
@@ -382,7 +433,8 @@ class McpManager:
         return _fail(
             ErrorCode.MCP_LOGIN_REQUIRED,
             f"{name} is unavailable: its MCP server {reg.display_name} needs a login "
-            "(none yet, or it was revoked). The call was not sent; ask the person to run "
+            "(none yet, the token was revoked, or the tool needs more permissions). "
+            "The call was not sent; ask the person to run "
             f"`tavern-agent mcp login {reg.id}`, or do without it.",
         )
 

@@ -21,6 +21,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -28,6 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx2
 from mcp import ClientSession
 from mcp.client.auth import OAuthClientProvider
+from mcp.client.auth.utils import union_scopes
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.auth import (
@@ -80,6 +82,7 @@ class FileTokenStorage:
         data = self._load()
         data["tokens"] = tokens.model_dump(mode="json", exclude_none=True)
         data["expiresAt"] = None if tokens.expires_in is None else time.time() + tokens.expires_in
+        data.pop("wantedScope", None)  # a login or refresh settled it
         self._store(data)
         self.on_tokens()
 
@@ -124,6 +127,17 @@ class FileTokenStorage:
 
     def has_tokens(self) -> bool:
         return "tokens" in self._load()
+
+    def set_wanted_scope(self, scope: str | None) -> None:
+        """Remember the scope a run was refused for; the next login asks for it."""
+        data = self._load()
+        if scope and data.get("wantedScope") != scope:
+            data["wantedScope"] = scope
+            self._store(data)
+
+    def wanted_scope(self) -> str | None:
+        value = self._load().get("wantedScope")
+        return value if isinstance(value, str) else None
 
     def has_client(self) -> bool:
         return "client" in self._load()
@@ -222,6 +236,9 @@ def run_auth(
         return _LoginDetector(on_login_needed)
 
     async def refuse(authorization_url: str) -> None:
+        # The scope the SDK would have asked for (on a step-up, the union of the
+        # old and the newly challenged scopes), for the next `mcp login`.
+        storage.set_wanted_scope(provider.context.client_metadata.scope)
         on_login_needed()
         raise LoginRequired("the server needs a login")
 
@@ -229,13 +246,14 @@ def run_auth(
         raise LoginRequired("the server needs a login")
 
     port = storage.redirect_port() or 1
-    return _Provider(
+    provider = _Provider(
         storage,
         server_url=url,
         client_metadata=_metadata(f"http://127.0.0.1:{port}{CALLBACK_PATH}"),
         redirect_handler=refuse,
         callback_handler=no_callback,
     )
+    return provider
 
 
 class CallbackReceiver:
@@ -308,19 +326,54 @@ class CallbackReceiver:
                 await self._server.wait_closed()
 
 
+@dataclass(frozen=True, slots=True)
+class ClientChoice:
+    """How this client identifies itself to the authorization server at login.
+
+    Default: dynamic client registration. ``client_id`` (with ``client_secret``
+    for a confidential client, sent by HTTP Basic auth): a client registered
+    beforehand. ``metadata_url``: an HTTPS URL of a client ID metadata document,
+    used as the client id where the server supports that.
+    """
+
+    client_id: str | None = None
+    client_secret: str | None = None
+    metadata_url: str | None = None
+
+
+class _LoginProvider(_Provider):
+    """The login's provider: also asks for the scope a run was last refused for.
+
+    A run cannot re-authorize when a server wants more scope (a step-up); it
+    stores the wanted scope instead, and the login that follows asks for it
+    with whatever the server challenges now.
+    """
+
+    def __init__(self, storage: FileTokenStorage, **kwargs: Any) -> None:
+        super().__init__(storage, **kwargs)
+        self._wanted = storage.wanted_scope()
+
+    async def _perform_authorization(self) -> httpx2.Request:
+        metadata = self.context.client_metadata
+        metadata.scope = union_scopes(metadata.scope, self._wanted)
+        return await super()._perform_authorization()
+
+
 def login_provider(
     url: str,
     storage: FileTokenStorage,
     receiver: CallbackReceiver,
     show: Callable[[str], Awaitable[None]],
+    metadata_url: str | None = None,
 ) -> OAuthClientProvider:
     """The provider for ``mcp login``: ``show`` presents the authorization URL."""
-    return _Provider(
+    return _LoginProvider(
         storage,
         server_url=url,
         client_metadata=_metadata(receiver.redirect_uri),
         redirect_handler=show,
         callback_handler=receiver.wait,
+        client_metadata_url=metadata_url,
     )
 
 
@@ -330,6 +383,7 @@ async def login(
     storage: FileTokenStorage,
     show: Callable[[str], Awaitable[None]],
     timeout: float,
+    client: ClientChoice | None = None,
 ) -> bool:
     """Log in to the server at ``url``: connect with the interactive provider, which
     runs discovery, registration and the browser step on the server's 401.
@@ -340,17 +394,31 @@ async def login(
     storage.forget_tokens()
     receiver = await CallbackReceiver().start(storage.redirect_port() or 0)
     try:
-        if storage.redirect_port() not in (None, receiver.port):
+        choice = client or ClientChoice()
+        if choice.client_id is not None:
+            await storage.set_client_info(
+                OAuthClientInformationFull(
+                    client_id=choice.client_id,
+                    client_secret=choice.client_secret,
+                    token_endpoint_auth_method="client_secret_basic"
+                    if choice.client_secret
+                    else "none",
+                    redirect_uris=[receiver.redirect_uri],
+                )
+            )
+        elif storage.redirect_port() not in (None, receiver.port) or choice.metadata_url:
             storage.forget_client()  # registered for another port: register again
-        provider = login_provider(url, storage, receiver, show)
-        client = create_mcp_http_client(headers=headers or None, auth=provider)
+        provider = login_provider(url, storage, receiver, show, choice.metadata_url)
+        http = create_mcp_http_client(headers=headers or None, auth=provider)
         async with (
             asyncio.timeout(timeout + LOGIN_WAIT_SECONDS),
-            client,
-            streamable_http_client(url, http_client=client) as (read, write),
+            http,
+            streamable_http_client(url, http_client=http) as (read, write),
             ClientSession(read, write) as session,
         ):
             await session.initialize()
+            # Some servers guard only the methods after initialize.
+            await session.list_tools()
     finally:
         await receiver.close()
     return storage.has_tokens()

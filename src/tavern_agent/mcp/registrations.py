@@ -204,6 +204,7 @@ class RegistrationStore:
         self.logs_dir = self.root / "logs"
         self.oauth_dir = self.root / "oauth"
         self._cache: dict[Path, _Cached] = {}
+        self._paths: dict[str, Path] = {}
 
     # ------------------------------------------------------------ reading
 
@@ -231,9 +232,11 @@ class RegistrationStore:
 
         Raises :class:`RegistrationError` naming the file when it cannot be used.
         """
-        if not _ID.fullmatch(reg_id):
-            return None
-        path = self.registrations_dir / f"{reg_id}.json"
+        path = self._paths.get(reg_id)
+        if path is None:  # build and check each id's path once: this runs before every call
+            if not _ID.fullmatch(reg_id):
+                return None
+            path = self._paths[reg_id] = self.registrations_dir / f"{reg_id}.json"
         try:
             reg: Registration | None = self._read(path, Registration)
         except RegistrationError as exc:

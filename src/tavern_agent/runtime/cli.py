@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,30 +16,34 @@ from rich.console import Console
 from rich.table import Table
 
 from tavern_agent import run_layout
-from tavern_agent.assembly import Assembly
+from tavern_agent.assembly import Assembly, ChatSource
+from tavern_agent.chat import progress as index_progress
 from tavern_agent.chat.formats import (
-    CharacterCard,
     ChatFormatError,
-    WorldBook,
     parse_chat,
 )
-from tavern_agent.cli_options import mcp_ask_option
+from tavern_agent.cli_options import (
+    chat_source_from_files,
+    mcp_ask_option,
+    st_data_source,
+    world_info_options,
+)
 from tavern_agent.config import resolve_profile
+from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.core.redact import MASK
-from tavern_agent.inputs import InputError, load_card, load_world
 from tavern_agent.mcp.approval import approver_for
 from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ModelGateway, ReplayGateway
 from tavern_agent.runtime.journal import Event, read_events
 from tavern_agent.runtime.loop import TERMINAL, Engine, ResumeRefused, RunResult
 from tavern_agent.runtime.run import (
-    RUN_FILE,
     Run,
     RunNotFound,
     RunSpec,
     all_runs,
     find_run,
+    load_record,
 )
 from tavern_agent.terminal import markup
 from tavern_agent.workspace.layout import DataRoot
@@ -149,17 +153,6 @@ def _gateway(
     return HttpGateway(config), {"kind": "http", **config.to_json()}
 
 
-def _load_inputs(
-    character: Path | None, worlds: Sequence[Path]
-) -> tuple[CharacterCard | None, tuple[WorldBook, ...]]:
-    try:
-        card = load_card(character) if character is not None else None
-        books = tuple(load_world(p) for p in worlds)
-    except InputError as exc:
-        raise click.UsageError(str(exc)) from None
-    return card, books
-
-
 def _final_message(run: Run, result: RunResult) -> str | None:
     if run.chat is None or result.floor is None:
         return None
@@ -173,11 +166,17 @@ def _final_message(run: Run, result: RunResult) -> str | None:
 
 
 @click.command("run")
-@click.argument("chat_file", required=False, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--character", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("chat_file", required=False)
+@click.option(
+    "--character",
+    default=None,
+    metavar="CARD",
+    help="A character card file; with --st-data, the character's name.",
+)
 @click.option(
     "--world", "worlds", multiple=True, type=click.Path(path_type=Path, dir_okay=False, exists=True)
 )
+@world_info_options
 @click.option("--profile", "profile_spec", default="default-writer", show_default=True)
 @click.option("--model", default=None, help="Model name on --base-url.")
 @click.option(
@@ -203,9 +202,11 @@ def _final_message(run: Run, result: RunResult) -> str | None:
 @click.pass_context
 def run_command(
     ctx: click.Context,
-    chat_file: Path | None,
-    character: Path | None,
+    chat_file: str | None,
+    character: str | None,
     worlds: tuple[Path, ...],
+    st_data: Path | None,
+    group: str | None,
     profile_spec: str,
     model: str | None,
     replay: Path | None,
@@ -220,6 +221,10 @@ def run_command(
     as_json: bool,
 ) -> None:
     """Run an agent on CHAT_FILE (a SillyTavern .jsonl) until it finishes.
+
+    With --st-data DIR (SillyTavern's data/<user>/ folder), CHAT_FILE is the
+    chat's file name or 'latest' (the default) of --character NAME or
+    --group NAME, and that folder's lorebooks and settings apply.
 
     The agent is offered the profile's tools from every source: built-ins,
     the MCP servers registered in the data dir (``tavern-agent mcp``),
@@ -241,26 +246,36 @@ def run_command(
         except RunNotFound as exc:
             raise click.UsageError(str(exc)) from None
     else:
-        if chat_file is None and session is None:
-            raise click.UsageError("give CHAT_FILE, --session NAME or --resume RUN")
-        if chat_file is not None and not chat_file.is_file():
-            raise click.UsageError(f"no chat file {chat_file}")
+        if chat_file is None and session is None and st_data is None:
+            raise click.UsageError("give CHAT_FILE, --st-data DIR, --session NAME or --resume RUN")
         try:
             profile: Profile = resolve_profile(profile_spec, data_dir)
         except ProfileError as exc:
             raise click.UsageError(str(exc)) from None
-        card, books = _load_inputs(character, worlds)
+        source: ChatSource | None = None
+        if st_data is not None:
+            source = st_data_source(
+                st_data,
+                character=character,
+                chat=chat_file,
+                group=group,
+                extra_worlds=worlds,
+                seed=seed,
+            )
+        elif chat_file is not None:
+            if group is not None:
+                raise click.UsageError("--group needs --st-data")
+            source = chat_source_from_files(Path(chat_file), character, worlds, seed)
         gateway, record = _gateway(model, replay, base_url, protocol, api_key_env)
         spec = RunSpec(
             profile,
             ModelProtocol(protocol),
-            chat_file=chat_file,
-            books=books,
-            card=card,
+            chat_file=source.chat_file if source is not None else None,
             session=session,
             seed=seed,
             task=task,
             model=record,
+            chat=source,
         )
     approver = approver_for(mcp_ask)
     holder: dict[str, Any] = {}
@@ -279,19 +294,27 @@ def run_command(
                 assert spec is not None and gateway is not None
                 try:
                     run = Run.start(assembly, spec)
-                except (ChatFormatError, OSError, ValueError) as exc:
+                except OSError as exc:
+                    raise click.ClickException(
+                        f"{ErrorCode.RUN_STORAGE_FAILED}: cannot create the run: {exc}"
+                    ) from None
+                except (ChatFormatError, ValueError) as exc:
                     raise click.UsageError(str(exc)) from None
                 own = gateway
             listeners = () if as_json else (Progress(console, run.run_dir),)
-            engine = Engine(run, own, listeners=listeners)
-            holder["run"], holder["engine"] = run, engine
+            holder["run"] = run
             try:
+                engine = holder["engine"] = Engine(run, own, listeners=listeners)
                 return await (engine.resume() if run_dir is not None else engine.start())
+            except OSError as exc:  # before the loop took over (it ends its own failures)
+                code = ErrorCode.RUN_STORAGE_FAILED.value
+                return RunResult(run.id, "failed", 0, 0, code, f"{type(exc).__name__}: {exc}")
             finally:
                 await own.aclose()
 
     try:
-        result = asyncio.run(drive())
+        with index_progress.shown():  # a bar on stderr if chat_search waits for its index
+            result = asyncio.run(drive())
     except KeyboardInterrupt:
         if "engine" in holder:
             holder["engine"].close()
@@ -303,8 +326,9 @@ def run_command(
     finally:
         if gateway is not None and "engine" not in holder:
             asyncio.run(gateway.aclose())
-    run, engine = holder["run"], holder["engine"]
-    engine.close()
+    run = holder["run"]
+    if "engine" in holder:
+        holder["engine"].close()
     message = _final_message(run, result)
     if as_json:
         out = {
@@ -326,13 +350,23 @@ def run_command(
             console.print(markup(message))
         elif result.final_text:
             console.print(markup(result.final_text))
+        if result.error_code == ErrorCode.RUN_STORAGE_FAILED:
+            console.print(f"[red]{ErrorCode.RUN_STORAGE_FAILED}[/]: {markup(result.message)}")
+            console.print(f"free space, then continue with: tavern-agent run --resume {run.id}")
         console.print(f"[dim]run folder: {markup(str(run.run_dir))}[/]")
     if result.status not in ("completed", "partial_success"):
         sys.exit(1)
 
 
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 def _summary(run_dir: Path) -> dict[str, Any]:
-    record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    try:
+        record = load_record(run_dir)
+    except RunNotFound as exc:  # listed, not fatal: the other runs still show
+        return {"runId": run_dir.name, "scene": "", "status": "damaged", "problem": str(exc)}
     events = read_events(run_dir / run_layout.JOURNAL_FILE)
     status = "interrupted"
     payload: dict[str, Any] = {}
@@ -348,9 +382,9 @@ def _summary(run_dir: Path) -> dict[str, Any]:
         "status": status,
         "rounds": payload.get("rounds"),
         "commits": payload.get("commits"),
-        "createdAt": record.get("createdAt"),
-        "chatFile": record.get("chatFile"),
-        "session": record.get("session"),
+        "createdAt": _text(record.get("createdAt")),
+        "chatFile": _text(record.get("chatFile")),
+        "session": _text(record.get("session")),
         "runDir": str(run_dir),
     }
 
@@ -371,15 +405,15 @@ def runs_list(ctx: click.Context, as_json: bool) -> None:
         return
     table = Table("run", "scene", "status", "rounds", "commits", "created", "chat / session")
     for r in rows:
-        where = Path(r["chatFile"]).name if r["chatFile"] else (r["session"] or "")
+        where = Path(r["chatFile"]).name if r.get("chatFile") else (r.get("session") or "")
         style = "" if r["status"] == "completed" else "red"
         table.add_row(
             markup(r["runId"]),
             markup(r["scene"]),
             f"[{style}]{r['status']}[/]" if style else r["status"],
-            str(r["rounds"] or ""),
-            str(r["commits"] or ""),
-            markup(r["createdAt"] or ""),
+            str(r.get("rounds") or ""),
+            str(r.get("commits") or ""),
+            markup(r.get("createdAt") or ""),
             markup(where),
         )
     Console(highlight=False).print(table if rows else "(no runs)")
@@ -405,6 +439,8 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 def show_timeline(console: Console, run_dir: Path, events: list[Event]) -> None:
     summary = _summary(run_dir)
     head = markup(f"{summary['runId']}  {summary['scene']}  {summary['status']}")
+    if "problem" in summary:
+        head += f"\n{markup(summary['problem'])}"
     console.print(f"[bold]{head}[/]")
     t0 = events[0]["timestamp"] if events else ""
     depth: dict[str, int] = {}  # child invocations, nested under their parents

@@ -14,6 +14,7 @@ barriers are either all kept or lost together with work that can be redone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -38,7 +39,7 @@ def read_events(path: Path) -> list[Event]:
             continue
         try:
             events.append(json.loads(line))
-        except ValueError:
+        except (ValueError, RecursionError):
             break  # only the last line can be torn; nothing after it was written
     return events
 
@@ -50,7 +51,7 @@ def _complete_length(data: bytes) -> int:
         if line:
             try:
                 json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 break
         end += len(line) + 1
     return end
@@ -92,13 +93,30 @@ class Journal:
             "payload": dict(payload),
         }
         line = json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
-        os.write(self._fd, line.encode("utf-8", "surrogatepass"))
+        try:
+            self._write(line.encode("utf-8", "surrogatepass"))
+        except OSError:
+            self.seq -= 1
+            raise
         self._unsynced = True
         if sync:
             self.sync()
         for listener in self.listeners:
             listener(event)
         return event
+
+    def _write(self, data: bytes) -> None:
+        """Append one whole line, or nothing: a full disk may take part of a write."""
+        start = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            done = 0
+            while done < len(data):
+                done += os.write(self._fd, data[done:])
+        except OSError as exc:
+            with contextlib.suppress(OSError):  # cut the torn part off; appends go on after
+                os.ftruncate(self._fd, start)
+                os.lseek(self._fd, start, os.SEEK_SET)
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
 
     def sync(self) -> None:
         """Make every event written so far durable (a barrier; free when nothing is new)."""

@@ -214,19 +214,22 @@ class Engine:
 
     async def start(self) -> RunResult:
         run = self.run
-        self.journal.append(
-            "run_started",
-            {
-                "scene": run.scene.value,
-                "profileId": run.profile.id,
-                "protocol": run.protocol.value,
-                "chatFile": run.record.get("chatFile"),
-                "floorCount": None if run.chat is None else run.chat.floor_count,
-                "persistBase": None if run.persist_base is None else run.persist_base.sha,
-                "model": run.record.get("model"),
-            },
-        )
-        self._invocation_started(self.current)
+        try:
+            self.journal.append(
+                "run_started",
+                {
+                    "scene": run.scene.value,
+                    "profileId": run.profile.id,
+                    "protocol": run.protocol.value,
+                    "chatFile": run.record.get("chatFile"),
+                    "floorCount": None if run.chat is None else run.chat.floor_count,
+                    "persistBase": None if run.persist_base is None else run.persist_base.sha,
+                    "model": run.record.get("model"),
+                },
+            )
+            self._invocation_started(self.current)
+        except OSError as exc:
+            return self._storage_failed(exc)
         return await self._execute(self.current)
 
     async def revise(self, instruction: str) -> RunResult:
@@ -242,19 +245,22 @@ class Engine:
         ended = self._rebuild()
         if ended is not None:
             return ended
-        self._reconcile_commit()
         inv = self.current
-        unknown = [c for c in inv.pending_calls() if c in inv.requested]
-        self.journal.append(
-            "run_resumed",
-            {
-                "invocationId": inv.id,
-                "rounds": self.rounds,
-                "commits": self.commits_confirmed,
-                "pendingCalls": inv.pending_calls(),
-                "outcomeUnknown": [c for c in unknown if c not in self.confirmed_calls],
-            },
-        )
+        try:
+            self._reconcile_commit()
+            unknown = [c for c in inv.pending_calls() if c in inv.requested]
+            self.journal.append(
+                "run_resumed",
+                {
+                    "invocationId": inv.id,
+                    "rounds": self.rounds,
+                    "commits": self.commits_confirmed,
+                    "pendingCalls": inv.pending_calls(),
+                    "outcomeUnknown": [c for c in unknown if c not in self.confirmed_calls],
+                },
+            )
+        except OSError as exc:
+            return self._storage_failed(exc)
         return await self._execute(inv, self.resume_at)
 
     def close(self) -> None:
@@ -303,7 +309,10 @@ class Engine:
         except ModelError as exc:
             return self._fail(ErrorCode.MODEL_REQUEST_FAILED, str(exc))
         except (OSError, WorkspaceEscape) as exc:
-            return self._fail(ErrorCode.RUN_STORAGE_FAILED, f"{type(exc).__name__}: {exc}")
+            return self._storage_failed(exc)
+
+    def _storage_failed(self, exc: Exception) -> RunResult:
+        return self._fail(ErrorCode.RUN_STORAGE_FAILED, f"{type(exc).__name__}: {exc}")
 
     async def _drive(self, inv: Invocation, first: Next | None) -> RunResult:
         if first is not None:  # resumed where the journal ended: pair what was cut off
@@ -813,7 +822,13 @@ class Engine:
 
     def _fail(self, code: ErrorCode, message: str) -> RunResult:
         kind = "run_partial_success" if self.commits_confirmed else "run_failed"
-        self._end(kind, code, message)
+        try:
+            self._end(kind, code, message)
+        except OSError as exc:
+            # A full disk may not take the ending either. The outcome is still reported;
+            # the journal shows an interrupted run, which --resume continues.
+            if code is not ErrorCode.RUN_STORAGE_FAILED:
+                code, message = ErrorCode.RUN_STORAGE_FAILED, f"{type(exc).__name__}: {exc}"
         return RunResult(
             self.run.id,
             TERMINAL[kind],
@@ -872,6 +887,8 @@ class Engine:
                 found.gate.reads.update(reads_from_json(state.get("reads", {})))
         for event in reversed(events):
             if event["type"] in TERMINAL:
+                if event["payload"].get("errorCode") == ErrorCode.RUN_STORAGE_FAILED.value:
+                    break  # the storage failed, not the run: it goes on once there is room
                 return RunResult.from_event(event)
             if event["type"] in ("run_resumed", "invocation_started", "run_started"):
                 break

@@ -117,8 +117,12 @@ class PersistStore:
             if not final.exists():
                 staging = self.root / "versions" / f".{version}.{secrets.token_hex(4)}"
                 staging.mkdir(parents=True)
-                _copy_tree(src, staging)
-                os.replace(staging, final)
+                try:
+                    _copy_tree(src, staging)
+                    os.replace(staging, final)
+                except OSError:  # a full disk: leave no half-copied version behind
+                    shutil.rmtree(staging, ignore_errors=True)
+                    raise
             if head.sha != base.sha:
                 return Promotion("conflict", version, sha)
             record = {"version": version, "sha": sha, "runId": run_id, "base": base.sha}

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import random
 import secrets
+import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,9 +33,10 @@ from tavern_agent.assembly import Assembly, ChatSource
 from tavern_agent.chat.formats import CharacterCard, ChatFile, WorldBook
 from tavern_agent.chat.repository import FileChatRepository
 from tavern_agent.chat.run_input import ChatRun, ChatRunInput
+from tavern_agent.core import json_input
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
-from tavern_agent.core.profile import Profile
+from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.fsutil import atomic_write, write_once
 from tavern_agent.providers.transcript import Transcript, UserMessage
 from tavern_agent.runtime.agents import ProfileSource, directory
@@ -54,6 +56,26 @@ class RunNotFound(LookupError):
     pass
 
 
+class RunDamaged(RunNotFound):
+    """A run folder whose files cannot be read (the message names the folder or file)."""
+
+
+def load_record(run_dir: Path) -> dict[str, Any]:
+    """A run's ``run.json``; :class:`RunNotFound` / :class:`RunDamaged` say why not."""
+    path = run_dir / RUN_FILE
+    try:
+        record = json_input.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise RunNotFound(f"{run_dir} is not a run folder (no {RUN_FILE})") from None
+    except (OSError, json_input.JsonInputError) as exc:
+        raise RunDamaged(f"{path}: {json_input.describe(exc)}") from None
+    if not isinstance(record, dict) or not all(
+        isinstance(record.get(key), str) for key in ("runId", "scene")
+    ):
+        raise RunDamaged(f"{path}: not a run record (it needs runId and scene)")
+    return record
+
+
 def new_run_id() -> str:
     return f"run_{datetime.now(UTC):%Y%m%dT%H%M%S}_{secrets.token_hex(3)}"
 
@@ -71,6 +93,7 @@ class RunSpec:
     seed: int | None = None
     task: str = ""
     model: dict[str, Any] = field(default_factory=dict)  # how the model is reached, for records
+    chat: ChatSource | None = None  # the whole chat source (e.g. from --st-data); wins
 
 
 def _card_fields(card: CharacterCard | None) -> dict[str, Any] | None:
@@ -127,17 +150,36 @@ class Run:
 
     @classmethod
     def start(cls, assembly: Assembly, spec: RunSpec, run_id: str | None = None) -> Run:
-        """Freeze the input, build the root invocation's snapshot, write the run record."""
+        """Freeze the input, build the root invocation's snapshot, write the run record.
+
+        A run that cannot be written whole (a full disk) leaves no folder behind.
+        """
         run_id = run_id or new_run_id()
+        made: list[Path] = []
+        try:
+            return cls._create(assembly, spec, run_id, made)
+        except OSError:
+            for folder in made:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
+
+    @classmethod
+    def _create(cls, assembly: Assembly, spec: RunSpec, run_id: str, made: list[Path]) -> Run:
         profile = spec.profile
         data = assembly.data
         chat_run: ChatRun | None = None
         chat: ChatFile | None = None
         if spec.chat_file is not None:
-            source = ChatSource(spec.chat_file, spec.books, spec.card, spec.seed)
+
+            def root(stable: str) -> Path:
+                folder = data.chat_run(stable, run_id, profile).root
+                made.append(folder)
+                return folder
+
+            source = spec.chat or ChatSource(spec.chat_file, spec.books, spec.card, spec.seed)
             chat_run, chat, run_dir = assembly.chat_run(
                 source,
-                lambda stable: data.chat_run(stable, run_id, profile).root,
+                root,
                 run_id=run_id,
                 profile_id=profile.id,
             )
@@ -147,6 +189,7 @@ class Run:
             ws = data.session(spec.session or "default", profile)
             run_dir = ws.root / "runs" / run_id
             scene = Scene.SESSION
+            made.append(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         record = {
             "schemaVersion": SCHEMA_VERSION,
@@ -282,11 +325,21 @@ class Run:
 
     @classmethod
     def open(cls, assembly: Assembly, run_dir: Path) -> Run:
-        """A run as recorded; each invocation holds its first prompt, the journal the rest."""
+        """A run as recorded; each invocation holds its first prompt, the journal the rest.
+
+        Raises :class:`RunNotFound` (:class:`RunDamaged` for files that cannot be read).
+        """
         try:
-            record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise RunNotFound(f"{run_dir} is not a run folder (no {RUN_FILE})") from None
+            return cls._open(assembly, run_dir)
+        except (RunNotFound, ProfileError):
+            raise
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            why = json_input.describe(exc) if not isinstance(exc, KeyError) else f"no {exc}"
+            raise RunDamaged(f"{run_dir}: the run's files cannot be read: {why}") from None
+
+    @classmethod
+    def _open(cls, assembly: Assembly, run_dir: Path) -> Run:
+        record = load_record(run_dir)
         profile = Profile.from_json(record["profile"], f"{run_dir / RUN_FILE}")
         data = assembly.data
         scene = Scene(record["scene"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,20 @@ _DEFAULT_ERROR = {
     ToolKind.MCP: ErrorCode.MCP_TOOL_ERROR,
     ToolKind.EXTENSION: ErrorCode.EXTENSION_TOOL_ERROR,
 }
+
+
+# The disk, not the call, is at fault: full, over quota, read-only, failing.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
+
+
+def storage_failure(exc: OSError) -> ToolFailure:
+    """A built-in tool's file access failed on the disk: a result, not a crash."""
+    why = exc.strerror or str(exc)
+    return ToolFailure(
+        ErrorCode.WORKSPACE_STORAGE_FAILED,
+        f"Storage failed ({why}); the call did not complete. Retrying will not help "
+        "until the disk is fixed; tell the user.",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +65,10 @@ class Dispatcher:
                 outcome = await tool.run(args, ctx)
             except ToolFailure as failure:
                 outcome = failure.outcome()
+            except OSError as exc:
+                if exc.errno not in STORAGE_ERRNOS:
+                    raise
+                outcome = storage_failure(exc).outcome()
             return Dispatched(outcome, tool.spills)
         source = self.catalog.source_for(tool_id.kind)
         if source is None:

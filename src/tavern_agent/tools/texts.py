@@ -26,7 +26,8 @@ SEARCH_FILES = ToolId.builtin("workspace.search_files")
 SHELL = ToolId.builtin("workspace.shell")
 TASK_RETURN = ToolId.builtin("task.return")
 
-EXCEPTION_CHARS = 200
+EXCEPTION_CHARS = 300
+OUTSIDE_FAILURE_STEP = "Try other arguments, or go on without it."
 
 # Absolute host paths: POSIX (two or more segments, so "/ 2" or "a/b" stay),
 # file:// URLs, Windows drive and UNC paths.
@@ -66,12 +67,19 @@ def without_host_paths(text: str) -> str:
     return _HOST_PATH.sub("<path>", text)
 
 
-def exception_text(exc: BaseException, limit: int = EXCEPTION_CHARS) -> str:
+def exception_text(exc: BaseException, *, with_type: bool = True) -> str:
     """A short, path-free description of an exception from outside code."""
     message = str(exc).strip()
     first = message.splitlines()[0] if message else ""
-    text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-    return short(without_host_paths(text), limit)
+    if not first:
+        return type(exc).__name__
+    return outside_text(f"{type(exc).__name__}: {first}" if with_type else first)
+
+
+def outside_text(text: str, limit: int = EXCEPTION_CHARS) -> str:
+    """An error text from outside code as a model may read it: one line, no host paths."""
+    lines = text.strip().splitlines()
+    return short(without_host_paths(lines[0] if lines else ""), limit)
 
 
 def short(text: str, limit: int) -> str:
@@ -97,4 +105,4 @@ def child_return_hint(snapshot: ToolSnapshot) -> str | None:
     name = snapshot.name_of(TASK_RETURN)
     if name is None:
         return None
-    return f"Delegated agents do not publish or finish the run: return your result with {name}."
+    return f"Delegated agents return their result with {name} instead."

@@ -30,6 +30,7 @@ from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import ToolFailure
 from tavern_agent.fsutil import atomic_write, is_tmp_name
+from tavern_agent.tools.texts import without_host_paths
 from tavern_agent.workspace import paths
 from tavern_agent.workspace.roots import CHAT_MOUNT, INTERNAL, RootPolicy
 
@@ -95,8 +96,9 @@ class Workspace:
         try:
             path = paths.normalize(text, allow_root=allow_root)
         except paths.InvalidPath as exc:
+            shown = without_host_paths(repr(text))  # the model's own text, minus host paths
             raise ToolFailure(
-                ErrorCode.WORKSPACE_INVALID_PATH, f"Invalid path {text!r}: {exc}."
+                ErrorCode.WORKSPACE_INVALID_PATH, f"Invalid path {shown}: {exc}."
             ) from None
         if path == "":
             if write:
@@ -110,7 +112,7 @@ class Workspace:
             roots = ", ".join(f"{r}/" for r in self.policy.visible)
             raise ToolFailure(
                 ErrorCode.WORKSPACE_PATH_NOT_VISIBLE,
-                f"{path} is outside the visible roots ({roots}).",
+                f"{path} is outside the visible roots ({roots}). Use a path under one of them.",
             )
         if first == "skills" and not self._skill_visible(path):
             raise ToolFailure(

@@ -40,17 +40,20 @@ def floor_role(message: ChatMessage) -> str:
 
 def require_chat(ctx: CallContext) -> ChatRun:
     if ctx.chat is None:
-        raise ToolFailure(ErrorCode.CHAT_UNAVAILABLE, "This run has no chat to read.")
+        raise ToolFailure(
+            ErrorCode.CHAT_UNAVAILABLE, "This run has no chat to read; go on without it."
+        )
     return ctx.chat
 
 
 def load_chat(run: ChatRun) -> ChatFile:
     try:
         return run.chat()
-    except (FileNotFoundError, ChatFormatError) as exc:
+    except (FileNotFoundError, ChatFormatError):
         raise ToolFailure(
             ErrorCode.CHAT_NOT_FOUND,
-            f"The chat can no longer be read ({exc}); continue without it.",
+            "The chat can no longer be read (it was moved, deleted or damaged); "
+            "continue without it.",
         ) from None
 
 
@@ -159,7 +162,8 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
         raise ToolFailure(
             ErrorCode.CHAT_INVALID_RANGE,
             f"start_floor {start} / end_floor {end} select nothing; this chat has "
-            f"{floors_text(count)}.",
+            f"{floors_text(count)}."
+            + (" Search within those floors." if count else " Go on without searching it."),
         )
     end = min(end, count - 1)
     if "scan_limit" in args:
@@ -259,7 +263,8 @@ def _read(run: ChatRun, items: list[dict[str, Any]], ctx: CallContext) -> ToolOu
         if item["floor"] >= count:
             raise ToolFailure(
                 ErrorCode.CHAT_FLOOR_NOT_FOUND,
-                f"Floor {item['floor']} is not in this chat ({floors_text(count)}).",
+                f"Floor {item['floor']} is not in this chat ({floors_text(count)}). "
+                + (f"Use a floor from 0 to {count - 1}." if count else "Go on without it."),
             )
     chat = load_chat(run)
     if len(chat.messages) < count:

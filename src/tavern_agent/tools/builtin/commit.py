@@ -44,11 +44,12 @@ async def COMMIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     if ctx.chat is None or not ctx.chat.allow_commit:
         child = child_return_hint(ctx.snapshot)
         why = (
-            "it has no chat to publish to; the files you wrote stay in the workspace."
+            "This run cannot commit: it has no chat to publish to; the files you wrote stay in "
+            "the workspace."
             if child is None
-            else child
+            else f"This agent cannot commit. {child}"
         )
-        raise ToolFailure(ErrorCode.WORKSPACE_COMMIT_UNAVAILABLE, f"This run cannot commit: {why}")
+        raise ToolFailure(ErrorCode.WORKSPACE_COMMIT_UNAVAILABLE, why)
     mode = args.get("mode", "replace")
     if mode not in ("replace", "append"):
         raise ToolFailure(

@@ -51,7 +51,9 @@ async def APPLY_PATCH(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
         )
     if old == new:
         raise ToolFailure(
-            ErrorCode.WORKSPACE_PATCH_NO_CHANGE, "old_string equals new_string; nothing to change."
+            ErrorCode.WORKSPACE_PATCH_NO_CHANGE,
+            "old_string equals new_string, so nothing would change. "
+            "Put the new text in new_string.",
         )
     ws = ctx.require_workspace()
     path = ws.check(args["file_path"], write=True)
@@ -64,10 +66,12 @@ def _patch(
     reader = ctx.model_name(READ_TOOL, "a file read")
     state = ctx.reads.get(path)
     if state is None:
-        raise ToolFailure(
-            ErrorCode.WORKSPACE_PATCH_REQUIRES_READ,
-            f"Read {path} with {reader} before patching it.",
+        step = (
+            f"Read {path} with {reader} before patching it."
+            if ctx.snapshot.name_of(READ_TOOL)
+            else f"Patching needs a read of {path} first, and this agent cannot read files."
         )
+        raise ToolFailure(ErrorCode.WORKSPACE_PATCH_REQUIRES_READ, step)
     with ws.mutation():
         data = load_file(ws, path, ctx)
         # The full-read rule holds only where one read can return the whole file;

@@ -1,11 +1,20 @@
 """``workspace.shell``: a fresh Bashkit sandbox per call over the workspace roots.
 
-Each call builds a new ``BashTool`` (about half a millisecond) and mounts every
-visible root at ``/<root>`` straight onto the workspace folder, writable roots
-writable and the rest read-only, so writes land at once and the next call and
-the file tools see them. Nothing else of the host is reachable: Bashkit is an
-interpreter with its own virtual filesystem, no host program ever runs and the
-network stays off.
+Each call gets a ``BashTool`` with every visible root mounted at ``/<root>``
+straight onto the workspace folder, writable roots writable and the rest
+read-only, so writes land at once and the next call and the file tools see
+them. Nothing else of the host is reachable: Bashkit is an interpreter with
+its own virtual filesystem, no host program ever runs and the network stays
+off.
+
+Building and mounting an interpreter costs more than running a short
+command, so a sandbox that finished normally is ``reset()`` (variables,
+functions, aliases, working folder, its in-memory files and cancellation all
+back to the start; mounts and builtins kept) and kept in :data:`POOL` for the
+next call with the same mounts, limits and start folder. A call therefore
+still starts from a fresh state. A sandbox that was cancelled, timed out or
+failed is dropped, never reused. ``node``/``js`` start their JavaScript
+engine only when a script runs them.
 
 Output is collected with ``on_output`` while the script runs, because Bashkit
 drops the stdout it buffered when a limit is breached. The labelled result
@@ -22,7 +31,9 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,10 +44,11 @@ from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.profile import ShellLimits
 from tavern_agent.core.results import ToolError, ToolFailure, ToolOutcome
 from tavern_agent.tools.builtin.registry import Offer, builtin_tool
+from tavern_agent.tools.builtin.shell_jq import jq_command
 from tavern_agent.tools.builtin.shell_js import JsLimits, node_command
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.results import LongResultStep
-from tavern_agent.tools.texts import either, exception_text
+from tavern_agent.tools.texts import WRITE_FILE, either, exception_text
 from tavern_agent.workspace.layout import allows_chat_tool
 from tavern_agent.workspace.roots import CHAT_MOUNT, MESSAGE_BODY, RootPolicy
 from tavern_agent.workspace.store import Workspace
@@ -113,8 +125,18 @@ def _real_dir(path: Path, *, create: bool = False) -> bool:
     return stat.S_ISDIR(st.st_mode)
 
 
-def new_sandbox(ws: Workspace, limits: ShellLimits, cwd: str, deadline: float) -> BashTool:
-    """A fresh interpreter with the workspace mounted and ``node``/``js`` registered."""
+@dataclass(eq=False)
+class Sandbox:
+    """An interpreter with the workspace mounted; ``js`` carries the current call's deadline."""
+
+    bash: BashTool
+    js: JsLimits
+
+
+def new_sandbox(
+    ws: Workspace, limits: ShellLimits, cwd: str, deadline: float, mounts: list[Mount] | None = None
+) -> Sandbox:
+    """A new interpreter with the workspace mounted and ``node``/``js`` registered."""
     js = JsLimits(
         deadline=deadline,
         max_seconds=limits.js_timeout_seconds,
@@ -122,6 +144,7 @@ def new_sandbox(ws: Workspace, limits: ShellLimits, cwd: str, deadline: float) -
         output_bytes=JS_OUTPUT_CHARS,
     )
     node = node_command(js)
+    builtins = {"node": node, "js": node, "jq": jq_command(js)}
     bash = BashTool(
         cwd=cwd,
         env=_PYTHON_ENV,
@@ -130,9 +153,9 @@ def new_sandbox(ws: Workspace, limits: ShellLimits, cwd: str, deadline: float) -
         max_commands=limits.max_commands,
         max_loop_iterations=limits.max_loop_iterations,
         max_memory=limits.max_memory_bytes,
-        custom_builtins={"node": node, "js": node},
+        custom_builtins=builtins,
     )
-    mounts = plan_mounts(ws)
+    mounts = plan_mounts(ws) if mounts is None else mounts
     if any(m.vfs_path.startswith("/skills/") for m in mounts):  # a filtered skills library
         bash.mount("/skills", _empty_fs(), read_only=True)
     for mount in mounts:
@@ -141,7 +164,57 @@ def new_sandbox(ws: Workspace, limits: ShellLimits, cwd: str, deadline: float) -
             FileSystem.real(str(mount.host_path), writable=mount.writable),
             read_only=not mount.writable,
         )
-    return bash
+    return Sandbox(bash, js)
+
+
+PoolKey = tuple[tuple[Mount, ...], ShellLimits, str]
+
+
+class SandboxPool:
+    """Idle sandboxes, reset, by what they were built with (mounts, limits, start folder)."""
+
+    def __init__(self, per_key: int = 2, keys: int = 32) -> None:
+        self._idle: OrderedDict[PoolKey, list[Sandbox]] = OrderedDict()
+        self._per_key = per_key
+        self._keys = keys
+        self._lock = threading.Lock()  # calls may run on more than one event loop thread
+
+    def take(
+        self, ws: Workspace, limits: ShellLimits, cwd: str, deadline: float
+    ) -> tuple[Sandbox, PoolKey]:
+        """A sandbox for one call (an idle one when there is one) and its key for :meth:`give`.
+
+        The mounts are planned on every call, so a root that became a link or
+        appeared since is seen, and only a sandbox with exactly those mounts is reused.
+        """
+        mounts = plan_mounts(ws)
+        key = (tuple(mounts), limits, cwd)
+        with self._lock:
+            idle = self._idle.get(key)
+            sandbox = idle.pop() if idle else None
+        if sandbox is None:
+            return new_sandbox(ws, limits, cwd, deadline, mounts), key
+        sandbox.js.deadline = deadline
+        return sandbox, key
+
+    def give(self, key: PoolKey, sandbox: Sandbox) -> None:
+        """Reset a sandbox whose call ended normally and keep it for the next call."""
+        sandbox.bash.reset()
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            self._idle.move_to_end(key)
+            if len(idle) < self._per_key:
+                idle.append(sandbox)
+            while len(self._idle) > self._keys:
+                self._idle.popitem(last=False)
+
+    def clear(self) -> None:
+        """Drop every idle sandbox."""
+        with self._lock:
+            self._idle.clear()
+
+
+POOL = SandboxPool()
 
 
 def _empty_fs() -> FileSystem:
@@ -217,11 +290,15 @@ async def SHELL(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     command: str = args["command"]
     size = len(command.encode("utf-8", "surrogatepass"))
     if size > MAX_COMMAND_BYTES:
-        writer = ctx.model_name("builtin:workspace.write_file", "a file tool")
+        writer = ctx.snapshot.name_of(WRITE_FILE)
+        step = (
+            f"Save the script to a file with {writer} and run it (bash /scratch/x.sh)."
+            if writer
+            else "Split it into smaller commands."
+        )
         raise ToolFailure(
             ErrorCode.TOOL_INVALID_ARGUMENTS,
-            f"command is {size:,} bytes, over the 128 KiB limit. Save the script to a file "
-            f"with {writer} and run it (bash /scratch/x.sh).",
+            f"command is {size:,} bytes, over the 128 KiB limit. {step}",
         )
     cwd = _workdir(ws, args.get("workdir", "/"))
     if ctx.cancelled.is_set():
@@ -229,7 +306,7 @@ async def SHELL(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     limits = ctx.snapshot.shell_limits
     deadline = time.monotonic() + limits.timeout_seconds
     try:
-        bash = new_sandbox(ws, limits, cwd, deadline)
+        sandbox, key = POOL.take(ws, limits, cwd, deadline)
     except (OSError, RuntimeError, ValueError) as exc:
         raise ToolFailure(
             ErrorCode.WORKSPACE_SHELL_FAILED,
@@ -237,7 +314,9 @@ async def SHELL(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
             "go on with the other tools.",
         ) from None
     streams = Streams()
-    result, stop = await _execute(bash, command, streams, ctx, limits)
+    result, stop = await _execute(sandbox.bash, command, streams, ctx, limits)
+    if stop is None and result is not None and not result.error:
+        POOL.give(key, sandbox)  # ended normally: reset and keep for the next call
     outcome = shell_outcome(result, streams, stop, limits)
     spilled = LongResultStep(ctx.result_files).apply(
         outcome, ctx, limit=_spill_limit(outcome, streams)
@@ -317,10 +396,13 @@ def shell_outcome(
     elif problem.startswith(_LIMIT_PREFIX):
         code = ErrorCode.WORKSPACE_SHELL_LIMIT
         which = problem.removeprefix(_LIMIT_PREFIX)
-        note = f"Stopped by a sandbox limit: {which}. The output up to then is below."
+        note = (
+            f"Stopped by a sandbox limit: {which}. The output up to then is below. "
+            "Do less per call or avoid endless loops."
+        )
     elif exit_code != 0:
         code = ErrorCode.WORKSPACE_SHELL_EXIT
-        note = f"The command exited with status {exit_code}."
+        note = f"The command exited with status {exit_code}; stderr below says why."
     else:
         code, note = None, ""
     parts = [f"exit_code: {exit_code}"]

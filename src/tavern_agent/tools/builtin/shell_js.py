@@ -32,9 +32,12 @@ HIDDEN_ENV = frozenset({"BASHKIT_ALLOW_INPROCESS_PYTHON"})
 DEADLINE_MARGIN = 0.25
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JsLimits:
-    """The engine's own limits; ``deadline`` is the shell call's (``time.monotonic``)."""
+    """The engine's own limits; ``deadline`` is the shell call's (``time.monotonic``).
+
+    A pooled sandbox keeps its ``JsLimits`` and gets each call's deadline set here.
+    """
 
     deadline: float
     max_seconds: float

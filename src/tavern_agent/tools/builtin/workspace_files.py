@@ -337,7 +337,7 @@ def _current(ws: Workspace, path: str) -> bytes | None:
 
 def _write(ws: Workspace, path: str, content: str, mode: str, ctx: CallContext) -> ToolOutcome:
     data = content.encode("utf-8", "surrogatepass")
-    reader = ctx.model_name(READ_TOOL, "a read")
+    reader = ctx.snapshot.name_of(READ_TOOL)
     with ws.mutation():
         old = _current(ws, path)
         state = ctx.reads.get(path)
@@ -351,15 +351,21 @@ def _write(ws: Workspace, path: str, content: str, mode: str, ctx: CallContext) 
                 ctx.reads.pop(path, None)
         else:
             if old is not None and state is None:
-                raise ToolFailure(
-                    ErrorCode.WORKSPACE_WRITE_REQUIRES_READ,
-                    f"{path} exists. Read it with {reader} before replacing it, "
-                    "or use mode=append.",
+                step = (
+                    f"Read it with {reader} before replacing it, or use mode=append."
+                    if reader
+                    else "Add to it with mode=append instead."
                 )
+                raise ToolFailure(ErrorCode.WORKSPACE_WRITE_REQUIRES_READ, f"{path} exists. {step}")
             if old is not None and state is not None and state.sha256 != old_sha:
+                step = (
+                    f"Read it again with {reader}, then write."
+                    if reader
+                    else "Add to it with mode=append instead."
+                )
                 raise ToolFailure(
                     ErrorCode.WORKSPACE_WRITE_STALE_FILE,
-                    f"{path} changed since you read it. Read it again with {reader}, then write.",
+                    f"{path} changed since you read it. {step}",
                 )
             ws.write_atomic(path, data)
             new = data

@@ -1,0 +1,93 @@
+"""How far a chat search index build is, and the CLI's progress bar for it.
+
+A build runs on a worker thread and counts what it did in a
+:class:`BuildProgress`. A tool call that needs the index waits through
+:func:`wait`. Inside :func:`shown` (``tavern-agent call`` and ``run`` use it)
+a wait that lasts longer than :data:`DELAY_SECONDS` shows a ``rich`` progress
+bar that follows the build until it is done; elsewhere a wait just waits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TypeVar
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+T = TypeVar("T")
+DELAY_SECONDS = 1.0
+_POLL_SECONDS = 0.1
+
+
+@dataclass(slots=True)
+class BuildProgress:
+    """What a build is doing (``step``) and how many of ``total`` floors it has done."""
+
+    step: str = "reading the chat"
+    done: int = 0
+    total: int = 0
+
+
+_display: Console | None = None
+
+
+@contextlib.contextmanager
+def shown(console: Console | None = None) -> Iterator[None]:
+    """Show a progress bar (on ``console``, default stderr) for builds waited on here."""
+    global _display
+    previous, _display = _display, console or Console(stderr=True)
+    try:
+        yield
+    finally:
+        _display = previous
+
+
+def in_background(work: Callable[[], T]) -> Future[T]:
+    """Run ``work`` on a new daemon thread (an unfinished build never delays the exit)."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # handed to whoever waits, like an executor would
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="chat-index", daemon=True).start()
+    return future
+
+
+def wait(future: Future[T], progress: BuildProgress) -> T:
+    """The build's result; with a display installed, a bar once it takes over a second."""
+    console = _display
+    if console is None:
+        return future.result()
+    try:
+        return future.result(timeout=DELAY_SECONDS)
+    except TimeoutError:
+        pass
+    columns = (
+        TextColumn("chat_search: {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("floors"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(progress.step, total=progress.total or None)
+        while True:
+            try:
+                return future.result(timeout=_POLL_SECONDS)
+            except TimeoutError:
+                bar.update(
+                    task,
+                    description=progress.step,
+                    completed=progress.done,
+                    total=progress.total or None,
+                )
