@@ -213,3 +213,15 @@ def test_cors_allows_the_listed_origin_and_refuses_others(
         assert refused.status_code == 403 and "access-control-allow-origin" not in refused.headers
         assert error_of(refused)["code"] == "origin_not_allowed"
     assert run_count(server) == before
+
+
+def test_a_request_naming_another_host_is_refused(served: tuple[Served, OpenAIServer]) -> None:
+    """A site that rebinds its DNS name to 127.0.0.1 still sends its own name as Host."""
+    server, _ = served
+    before = run_count(server)
+    auth = {"authorization": f"Bearer {server.key}"}
+    rebound = post(server, {"messages": MESSAGES}, host="attacker.example:8788")
+    assert rebound.status_code == 403 and error_of(rebound)["code"] == "host_not_allowed"
+    listed = httpx.get(f"{server.url}/models", headers=auth | {"host": "localhost:1"})
+    assert listed.status_code == 200
+    assert run_count(server) == before

@@ -2,7 +2,8 @@
 
 Every request is checked in this order, and a refusal starts nothing:
 
-1. an ``Origin`` header (a browser page) must be on the allow list (403);
+1. an ``Origin`` header (a browser page) must be on the allow list, and on a
+   loopback address the ``Host`` must name this machine (403);
 2. the bearer key must match (401; an empty key or ``undefined`` never does);
 3. the body must be within the size limit and a well-formed request (400);
 4. ``model`` must name a profile (404);
@@ -29,6 +30,7 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -62,6 +64,7 @@ from tavern_agent.endpoint.runs import (
     profile_for,
     profile_ids,
 )
+from tavern_agent.extensions.host import LOOPBACK_HOSTS, host_name
 from tavern_agent.runtime.cli import _final_message as committed_message
 from tavern_agent.runtime.loop import Engine, RunResult
 
@@ -81,6 +84,7 @@ class EndpointSettings:
     allowed_origins: Sequence[str] = ()
     max_body_bytes: int = MAX_BODY_BYTES
     heartbeat_seconds: float = HEARTBEAT_SECONDS
+    loopback_only: bool = True  # bound to 127.0.0.1: requests must name a loopback host
 
 
 def error_response(
@@ -334,22 +338,34 @@ class CollapseSlashes:
 
 
 class OriginGate:
-    """Refuses a browser request from an origin off the allow list (403), before anything."""
+    """Refuses, before anything, a browser request from an origin off the allow list (403).
 
-    def __init__(self, app: ASGIApp, allowed: Sequence[str]) -> None:
+    With ``loopback_only`` the ``Host`` header must also name this machine (or
+    an allowed origin's host): a site that rebinds its DNS name to 127.0.0.1
+    is refused even before the key is checked.
+    """
+
+    def __init__(self, app: ASGIApp, allowed: Sequence[str], loopback_only: bool) -> None:
         self.app = app
         self.allowed = {o.rstrip("/") for o in allowed}
+        hosts = {urlsplit(o).hostname or "" for o in self.allowed}
+        self.hosts = (LOOPBACK_HOSTS | hosts) - {""} if loopback_only else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            origin = dict(scope["headers"]).get(b"origin")
+            headers = dict(scope["headers"])
+            origin = headers.get(b"origin")
+            host = headers.get(b"host")
+            problem = None
             if origin is not None and origin.decode("latin-1").rstrip("/") not in self.allowed:
-                response = error_response(
-                    403,
-                    "This origin is not allowed; start serve with --allow-origin ORIGIN.",
-                    "invalid_request_error",
-                    "origin_not_allowed",
-                )
+                problem = "This origin is not allowed; start serve with --allow-origin ORIGIN."
+                code = "origin_not_allowed"
+            elif self.hosts is not None and (
+                host is None or host_name(host.decode("latin-1")) not in self.hosts
+            ):
+                problem, code = "Use http://127.0.0.1 or http://localhost.", "host_not_allowed"
+            if problem is not None:
+                response = error_response(403, problem, "invalid_request_error", code)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -384,7 +400,11 @@ def create_app(service: AgentService, settings: EndpointSettings) -> ASGIApp:
     app = Starlette(
         routes=routes,
         middleware=[
-            Middleware(OriginGate, allowed=settings.allowed_origins),
+            Middleware(
+                OriginGate,
+                allowed=settings.allowed_origins,
+                loopback_only=settings.loopback_only,
+            ),
             Middleware(
                 CORSMiddleware,
                 allow_origins=list(settings.allowed_origins),
