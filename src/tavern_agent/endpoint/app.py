@@ -67,6 +67,7 @@ from tavern_agent.endpoint.runs import (
 from tavern_agent.extensions.host import LOOPBACK_HOSTS, host_name
 from tavern_agent.runtime.cli import _final_message as committed_message
 from tavern_agent.runtime.loop import Engine, RunResult
+from tavern_agent.runtime.run import new_run_id
 
 log = logging.getLogger(__name__)
 
@@ -189,18 +190,25 @@ class RunResponse(Response):
     async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         service = self.endpoint.service
         lines: asyncio.Queue[str | None] = asyncio.Queue()
-        progress = RunProgress(lines.put_nowait if self.request.stream else None)
+        stream = self.request.stream
+        progress = RunProgress(lines.put_nowait if stream else None)
+        run_id = new_run_id()
+        if stream:  # the client sees the answer begin before the run's input is prepared
+            await self._open_stream(send, run_id)
         try:
-            engine = service.start(self.request, self.profile, progress)
+            engine = service.start(self.request, self.profile, progress, run_id)
         except (OSError, ValueError) as exc:
             log.warning("agent endpoint: cannot start a run: %s", exc)
-            await error_response(
-                500, f"The run could not start: {exc}", "server_error", "run_start_failed"
-            )(scope, receive, send)
+            text = f"The run could not start: {exc}"
+            body = error_body(text, "server_error", "run_start_failed")
+            if stream:
+                await self._close_stream(send, body)
+            else:
+                await JSONResponse(body, 500)(scope, receive, send)
             return
         task = asyncio.create_task(engine.start())
         task.add_done_callback(lambda _: lines.put_nowait(None))
-        answer = self._stream if self.request.stream else self._whole
+        answer = self._stream if stream else self._whole
         try:
             await until_disconnect(receive, answer(task, engine, progress, lines, send))
         except OSError:  # the client went away while we were writing
@@ -232,6 +240,27 @@ class RunResponse(Response):
             response = JSONResponse(payload, headers={"X-Tavern-Agent-Run": result.run_id})
         await response({"type": "http"}, _no_receive, send)
 
+    def _chunk(self, delta: dict[str, Any], **more: Any) -> dict[str, Any]:
+        return chunk(self.cid, self.created, self.model, delta, **more)
+
+    async def _open_stream(self, send: Send, run_id: str) -> None:
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+            (b"x-tavern-agent-run", run_id.encode()),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await _event(send, self._chunk({"role": "assistant"}))
+
+    async def _close_stream(self, send: Send, error: dict[str, Any] | None = None) -> None:
+        if error is not None:
+            # Clients treat a top-level "error" as a failure; the choices array keeps
+            # those that read every event's choices[0] from crashing on it.
+            await _event(send, error | self._chunk({}, finish_reason="stop"))
+        await _event(send, "[DONE]")
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
     async def _stream(
         self,
         task: asyncio.Task[RunResult],
@@ -240,52 +269,34 @@ class RunResponse(Response):
         lines: asyncio.Queue[str | None],
         send: Send,
     ) -> None:
-        headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-            (b"x-tavern-agent-run", engine.run.id.encode()),
-        ]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-
-        async def event(data: Any) -> None:
-            text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-            await send(
-                {
-                    "type": "http.response.body",
-                    "body": f"data: {text}\n\n".encode(),
-                    "more_body": True,
-                }
-            )
-
-        def piece(delta: dict[str, Any], **more: Any) -> dict[str, Any]:
-            return chunk(self.cid, self.created, self.model, delta, **more)
-
-        await event(piece({"role": "assistant"}))
         heartbeat = self.endpoint.settings.heartbeat_seconds
         while True:
             try:
                 line = await asyncio.wait_for(lines.get(), heartbeat)
             except TimeoutError:
-                await send(
-                    {"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True}
-                )
+                await _write(send, b": keep-alive\n\n")
                 continue
             if line is None:
                 break
-            await event(piece({"reasoning_content": line + "\n"}))
+            await _event(send, self._chunk({"reasoning_content": line + "\n"}))
         result = task.result()
         message = committed_message(engine.run, result)
         if message is None:
-            _, body = failure(result)
-            # Clients treat a top-level "error" as a failure; the choices array keeps
-            # those that read every event's choices[0] from crashing on it.
-            await event(body | piece({}, finish_reason="stop"))
-        else:
-            await event(piece({"content": message}))
-            await event(piece({}, finish_reason="stop", usage=progress.usage))
-        await event("[DONE]")
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await self._close_stream(send, failure(result)[1])
+            return
+        await _event(send, self._chunk({"content": message}))
+        await _event(send, self._chunk({}, finish_reason="stop", usage=progress.usage))
+        await self._close_stream(send)
+
+
+async def _write(send: Send, body: bytes) -> None:
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+
+
+async def _event(send: Send, data: Any) -> None:
+    """One server-sent event: a JSON chunk, or the ``[DONE]`` marker."""
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    await _write(send, f"data: {text}\n\n".encode())
 
 
 def failure(result: RunResult) -> tuple[int, dict[str, Any]]:
