@@ -2,7 +2,8 @@
 
 Every request is checked in this order, and a refusal starts nothing:
 
-1. an ``Origin`` header (a browser page) must be on the allow list (403);
+1. an ``Origin`` header (a browser page) must be on the allow list, and on a
+   loopback address the ``Host`` must name this machine (403);
 2. the bearer key must match (401; an empty key or ``undefined`` never does);
 3. the body must be within the size limit and a well-formed request (400);
 4. ``model`` must name a profile (404);
@@ -29,6 +30,7 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -62,8 +64,10 @@ from tavern_agent.endpoint.runs import (
     profile_for,
     profile_ids,
 )
+from tavern_agent.extensions.host import LOOPBACK_HOSTS, host_name
 from tavern_agent.runtime.cli import _final_message as committed_message
 from tavern_agent.runtime.loop import Engine, RunResult
+from tavern_agent.runtime.run import new_run_id
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +85,7 @@ class EndpointSettings:
     allowed_origins: Sequence[str] = ()
     max_body_bytes: int = MAX_BODY_BYTES
     heartbeat_seconds: float = HEARTBEAT_SECONDS
+    loopback_only: bool = True  # bound to 127.0.0.1: requests must name a loopback host
 
 
 def error_response(
@@ -185,18 +190,25 @@ class RunResponse(Response):
     async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         service = self.endpoint.service
         lines: asyncio.Queue[str | None] = asyncio.Queue()
-        progress = RunProgress(lines.put_nowait if self.request.stream else None)
+        stream = self.request.stream
+        progress = RunProgress(lines.put_nowait if stream else None)
+        run_id = new_run_id()
+        if stream:  # the client sees the answer begin before the run's input is prepared
+            await self._open_stream(send, run_id)
         try:
-            engine = service.start(self.request, self.profile, progress)
+            engine = service.start(self.request, self.profile, progress, run_id)
         except (OSError, ValueError) as exc:
             log.warning("agent endpoint: cannot start a run: %s", exc)
-            await error_response(
-                500, f"The run could not start: {exc}", "server_error", "run_start_failed"
-            )(scope, receive, send)
+            text = f"The run could not start: {exc}"
+            body = error_body(text, "server_error", "run_start_failed")
+            if stream:
+                await self._close_stream(send, body)
+            else:
+                await JSONResponse(body, 500)(scope, receive, send)
             return
         task = asyncio.create_task(engine.start())
         task.add_done_callback(lambda _: lines.put_nowait(None))
-        answer = self._stream if self.request.stream else self._whole
+        answer = self._stream if stream else self._whole
         try:
             await until_disconnect(receive, answer(task, engine, progress, lines, send))
         except OSError:  # the client went away while we were writing
@@ -228,6 +240,27 @@ class RunResponse(Response):
             response = JSONResponse(payload, headers={"X-Tavern-Agent-Run": result.run_id})
         await response({"type": "http"}, _no_receive, send)
 
+    def _chunk(self, delta: dict[str, Any], **more: Any) -> dict[str, Any]:
+        return chunk(self.cid, self.created, self.model, delta, **more)
+
+    async def _open_stream(self, send: Send, run_id: str) -> None:
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+            (b"x-tavern-agent-run", run_id.encode()),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await _event(send, self._chunk({"role": "assistant"}))
+
+    async def _close_stream(self, send: Send, error: dict[str, Any] | None = None) -> None:
+        if error is not None:
+            # Clients treat a top-level "error" as a failure; the choices array keeps
+            # those that read every event's choices[0] from crashing on it.
+            await _event(send, error | self._chunk({}, finish_reason="stop"))
+        await _event(send, "[DONE]")
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
     async def _stream(
         self,
         task: asyncio.Task[RunResult],
@@ -236,52 +269,34 @@ class RunResponse(Response):
         lines: asyncio.Queue[str | None],
         send: Send,
     ) -> None:
-        headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-            (b"x-tavern-agent-run", engine.run.id.encode()),
-        ]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-
-        async def event(data: Any) -> None:
-            text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-            await send(
-                {
-                    "type": "http.response.body",
-                    "body": f"data: {text}\n\n".encode(),
-                    "more_body": True,
-                }
-            )
-
-        def piece(delta: dict[str, Any], **more: Any) -> dict[str, Any]:
-            return chunk(self.cid, self.created, self.model, delta, **more)
-
-        await event(piece({"role": "assistant"}))
         heartbeat = self.endpoint.settings.heartbeat_seconds
         while True:
             try:
                 line = await asyncio.wait_for(lines.get(), heartbeat)
             except TimeoutError:
-                await send(
-                    {"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True}
-                )
+                await _write(send, b": keep-alive\n\n")
                 continue
             if line is None:
                 break
-            await event(piece({"reasoning_content": line + "\n"}))
+            await _event(send, self._chunk({"reasoning_content": line + "\n"}))
         result = task.result()
         message = committed_message(engine.run, result)
         if message is None:
-            _, body = failure(result)
-            # Clients treat a top-level "error" as a failure; the choices array keeps
-            # those that read every event's choices[0] from crashing on it.
-            await event(body | piece({}, finish_reason="stop"))
-        else:
-            await event(piece({"content": message}))
-            await event(piece({}, finish_reason="stop", usage=progress.usage))
-        await event("[DONE]")
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await self._close_stream(send, failure(result)[1])
+            return
+        await _event(send, self._chunk({"content": message}))
+        await _event(send, self._chunk({}, finish_reason="stop", usage=progress.usage))
+        await self._close_stream(send)
+
+
+async def _write(send: Send, body: bytes) -> None:
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+
+
+async def _event(send: Send, data: Any) -> None:
+    """One server-sent event: a JSON chunk, or the ``[DONE]`` marker."""
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    await _write(send, f"data: {text}\n\n".encode())
 
 
 def failure(result: RunResult) -> tuple[int, dict[str, Any]]:
@@ -334,22 +349,34 @@ class CollapseSlashes:
 
 
 class OriginGate:
-    """Refuses a browser request from an origin off the allow list (403), before anything."""
+    """Refuses, before anything, a browser request from an origin off the allow list (403).
 
-    def __init__(self, app: ASGIApp, allowed: Sequence[str]) -> None:
+    With ``loopback_only`` the ``Host`` header must also name this machine (or
+    an allowed origin's host): a site that rebinds its DNS name to 127.0.0.1
+    is refused even before the key is checked.
+    """
+
+    def __init__(self, app: ASGIApp, allowed: Sequence[str], loopback_only: bool) -> None:
         self.app = app
         self.allowed = {o.rstrip("/") for o in allowed}
+        hosts = {urlsplit(o).hostname or "" for o in self.allowed}
+        self.hosts = (LOOPBACK_HOSTS | hosts) - {""} if loopback_only else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            origin = dict(scope["headers"]).get(b"origin")
+            headers = dict(scope["headers"])
+            origin = headers.get(b"origin")
+            host = headers.get(b"host")
+            problem = None
             if origin is not None and origin.decode("latin-1").rstrip("/") not in self.allowed:
-                response = error_response(
-                    403,
-                    "This origin is not allowed; start serve with --allow-origin ORIGIN.",
-                    "invalid_request_error",
-                    "origin_not_allowed",
-                )
+                problem = "This origin is not allowed; start serve with --allow-origin ORIGIN."
+                code = "origin_not_allowed"
+            elif self.hosts is not None and (
+                host is None or host_name(host.decode("latin-1")) not in self.hosts
+            ):
+                problem, code = "Use http://127.0.0.1 or http://localhost.", "host_not_allowed"
+            if problem is not None:
+                response = error_response(403, problem, "invalid_request_error", code)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -384,7 +411,11 @@ def create_app(service: AgentService, settings: EndpointSettings) -> ASGIApp:
     app = Starlette(
         routes=routes,
         middleware=[
-            Middleware(OriginGate, allowed=settings.allowed_origins),
+            Middleware(
+                OriginGate,
+                allowed=settings.allowed_origins,
+                loopback_only=settings.loopback_only,
+            ),
             Middleware(
                 CORSMiddleware,
                 allow_origins=list(settings.allowed_origins),

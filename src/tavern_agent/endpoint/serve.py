@@ -18,6 +18,7 @@ from tavern_agent.endpoint.keys import EndpointKeyError, key_from_env, key_path,
 from tavern_agent.endpoint.protocol import MODEL_PREFIX
 from tavern_agent.endpoint.runs import AgentService, profile_ids
 from tavern_agent.endpoint.server import EndpointServer
+from tavern_agent.extensions.host import LOOPBACK_HOSTS
 from tavern_agent.providers.gateway import ModelGateway
 from tavern_agent.runtime.cli import _gateway as model_gateway
 
@@ -67,7 +68,10 @@ class EndpointOptions:
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
         settings = EndpointSettings(
-            key, max_concurrent_runs=max_concurrent_runs, allowed_origins=tuple(origins)
+            key,
+            max_concurrent_runs=max_concurrent_runs,
+            allowed_origins=tuple(origins),
+            loopback_only=host in LOOPBACK_HOSTS,
         )
         return cls(data_dir, gateway, record, ModelProtocol(protocol), settings, note, server)
 

@@ -20,7 +20,10 @@ class EndpointServer:
     """uvicorn on one already-bound socket, started and stopped by the caller's loop."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        # IPPROTO_TCP spelled out: asyncio turns Nagle off only on sockets that say so,
+        # and with Nagle on, each keep-alive response waits ~40 ms for a delayed ACK.
+        self.sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self.sock.bind((host, port))  # OSError (port taken, bad host) reaches the caller
