@@ -320,7 +320,11 @@ def run_command(
             holder["run"] = run
             if temporal is not None and engine_name == "temporal":
                 await own.aclose()  # the workers ask the model the run's record names
-                return await TemporalEngine(temporal, task_queue=task_queue).execute(run, listeners)
+                remote = TemporalEngine(temporal, task_queue=task_queue)
+                try:
+                    return await remote.execute(run, listeners)
+                except ValueError as exc:
+                    raise click.UsageError(str(exc)) from None
             try:
                 engine = holder["engine"] = Engine(run, own, listeners=listeners)
                 return await (engine.resume() if run_dir is not None else engine.start())

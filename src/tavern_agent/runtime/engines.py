@@ -24,6 +24,7 @@ from tavern_agent.providers.gateway import (
     ModelRequest,
     ReplayGateway,
 )
+from tavern_agent.runtime.agents import DELEGATE
 from tavern_agent.runtime.journal import Listener, read_events
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run
@@ -112,6 +113,12 @@ class TemporalEngine:
         from tavern_agent.temporal.worker import connect
         from tavern_agent.temporal.workflow import WORKFLOW_NAME, RunInput, StepOutcome
 
+        if run.invocations[-1].snapshot.name_of(DELEGATE) is not None:
+            # A delegated child runs in the background of one engine; a step ends before it.
+            raise ValueError(
+                "the profile allows agent delegation, which runs on the local engine only: "
+                "run without --engine temporal, or use a profile without agent_delegate"
+            )
         client = await connect(self.address)
         handle = await client.start_workflow(
             WORKFLOW_NAME,
