@@ -1,14 +1,15 @@
-"""Every error the gate and the built-in tools return, read as the model reads it.
+"""Every error the gate, the built-in tools and the run policy return, read as a model would.
 
 Each error code the gate and the built-ins can produce is driven through a
 real gate (built by the assembly) twice: with every tool of the scene, and
-with only the tools the case needs. Its text must name only tools of the
-snapshot it came from (or none), never say "invocation", and never show a
-host path.
+with only the tools the case needs. The run policy's refusals are worded for
+several snapshots. Each text must name only tools of the snapshot it came
+from (or none), never say "invocation", and never show a host path.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import shutil
@@ -28,6 +29,8 @@ from tavern_agent.core.naming import builtin_model_name
 from tavern_agent.core.profile import Profile
 from tavern_agent.core.results import AgentToolResult
 from tavern_agent.mcp import McpManager
+from tavern_agent.providers.transcript import RecordedCall
+from tavern_agent.runtime.policy import after_finish_result, finish_refusal, second_handoff_result
 from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.gate import ToolRequestGate
@@ -495,22 +498,26 @@ _ABSOLUTE = re.compile(r"(?<![\w.:/~-])/([\w.-]+)(?:/[\w.-]+)*")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def every_tool_name(env: Env) -> set[str]:
-    names = {builtin_model_name(t.tool_id) for t in env.assembly.catalog.builtins}
+def every_tool_name(assembly: Assembly) -> set[str]:
+    names = {builtin_model_name(t.tool_id) for t in assembly.catalog.builtins}
     return names | {"lookup"}
 
 
 def check_text(result: AgentToolResult, env: Env) -> None:
+    check(result, env.snapshot, env.assembly, env.tmp)
+
+
+def check(result: AgentToolResult, snapshot: ToolSnapshot, assembly: Assembly, tmp: Path) -> None:
     text = result.content
     if result.error_code is ErrorCode.MODEL_UNKNOWN_TOOL_CALL:
         text = text.replace(repr(result.structured["error"]["name"]), "")  # the name it sent
     assert "invocation" not in text.lower(), text
-    for host in {str(env.tmp), str(env.tmp.resolve()), str(Path.home())}:
+    for host in {str(tmp), str(tmp.resolve()), str(Path.home())}:
         assert host not in text, text
     for match in _ABSOLUTE.finditer(text):  # only sandbox paths like /output/main.md
         assert match.group(1) in ROOT_NAMES, f"{match.group(0)!r} in {text!r}"
-    offered = set(env.snapshot.model_names)
-    named = {w for w in _WORD.findall(text) if w in every_tool_name(env)}
+    offered = set(snapshot.model_names)
+    named = {w for w in _WORD.findall(text) if w in every_tool_name(assembly)}
     assert named <= offered, f"names {sorted(named - offered)} not in the snapshot: {text!r}"
 
 
@@ -568,3 +575,74 @@ async def test_an_mcp_server_that_cannot_start_is_reported_without_host_paths(
     assert result.error_code is ErrorCode.MCP_SERVER_UNAVAILABLE, result.content
     assert "could not reach its MCP server" in result.content
     assert str(tmp_path) not in result.content and "<path>" in result.content
+
+
+# ---------------------------------------------------------------- the run policy's refusals
+
+FINISH = "builtin:workspace.finish"
+HANDOFF = "builtin:agent.handoff"
+
+
+def policy_cases(snapshot: ToolSnapshot) -> list[tuple[ErrorCode, AgentToolResult | None]]:
+    """Each refusal of the run policy, worded for ``snapshot``."""
+    finish = RecordedCall(ToolCall("c1", "workspace_finish", "{}"))
+    out: list[tuple[ErrorCode, AgentToolResult | None]] = []
+    for tool_id in (FINISH, HANDOFF):
+        binding = snapshot.by_name(builtin_model_name(ToolId.parse(tool_id)))
+        if binding is not None:
+            out.append((ErrorCode.AGENT_TOOL_AFTER_FINISH, after_finish_result(finish, binding)))
+            out.append((ErrorCode.AGENT_TOOL_AFTER_FINISH, second_handoff_result(finish, binding)))
+    refuse = functools.partial(finish_refusal, finish, snapshot, explicit_commits=0)
+    if snapshot.name_of(ToolId.builtin("task.return")):  # a delegated child's snapshot
+        denied = refuse(is_child=True, foreground=True, failed_before=[])
+        out.append((ErrorCode.AGENT_CHILD_FINISH_DENIED, denied))
+    out.append(
+        (
+            ErrorCode.AGENT_FINISH_AFTER_FAILED_CALL,
+            refuse(is_child=False, foreground=True, failed_before=snapshot.model_names[:1]),
+        )
+    )
+    out.append(
+        (
+            ErrorCode.AGENT_FOREGROUND_COMMIT_REQUIRED,
+            refuse(is_child=False, foreground=True, failed_before=[]),
+        )
+    )
+    return out
+
+
+@pytest.mark.parametrize(
+    ("allow", "child"),
+    [
+        pytest.param(None, False, id="all-tools"),
+        pytest.param((FINISH,), False, id="finish-only"),
+        pytest.param((FINISH, HANDOFF, COMMIT), False, id="no-write-tool"),
+        pytest.param((READ,), True, id="child"),
+    ],
+)
+def test_run_policy_refusals_follow_the_same_rules(
+    tmp_path: Path, allow: tuple[str, ...] | None, child: bool
+) -> None:
+    assembly = Assembly(tmp_path / "data")
+    everything = [str(d.tool_id) for d in assembly.catalog.descriptors(Scene.CHAT)]
+    profile = Profile.from_json(
+        {"id": "p", "name": "p", "tools": {"allow": list(allow or everything)}}
+    )
+    snapshot = assembly.snapshot(profile, Scene.CHAT, child=child)
+    for code, result in policy_cases(snapshot):
+        assert result is not None and result.error_code is code
+        check(result, snapshot, assembly, tmp_path)
+
+
+def test_every_refusal_of_the_run_policy_has_a_case(tmp_path: Path) -> None:
+    source = (SRC / "runtime" / "policy.py").read_text(encoding="utf-8")
+    produced = {ErrorCode[n] for n in re.findall(r"ErrorCode\.([A-Z_]+)", source)}
+    produced.discard(ErrorCode.AGENT_TOOL_BUDGET_EXHAUSTED)  # ends the run; not a tool result
+    assembly = Assembly(tmp_path / "data")
+    profile = assembly.everything(Scene.CHAT)
+    covered = {
+        code
+        for child in (False, True)
+        for code, _ in policy_cases(assembly.snapshot(profile, Scene.CHAT, child=child))
+    }
+    assert produced - covered == set()

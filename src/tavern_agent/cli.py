@@ -19,9 +19,8 @@ from tavern_agent.chat import progress as index_progress
 from tavern_agent.chat.formats import ChatFormatError
 from tavern_agent.chat.run_input import ChatRun
 from tavern_agent.cli_options import (
-    chat_source_from_files,
+    chat_source,
     mcp_ask_option,
-    st_data_source,
     world_info_options,
 )
 from tavern_agent.config import default_data_dir, profiles_dir, resolve_profile
@@ -346,22 +345,11 @@ def _call_source(
     seed: int | None,
 ) -> ChatSource | None:
     """The chat side of a CLI call: from a SillyTavern folder, or from files given one by one."""
-    if st_data is not None:
-        return st_data_source(
-            st_data,
-            character=character,
-            chat=chat,
-            group=group,
-            extra_worlds=world_files,
-            seed=seed,
-        )
-    if group is not None:
-        raise click.UsageError("--group needs --st-data")
-    if chat is None:
-        if world_files or character or run_id:
-            raise click.UsageError("--world, --character and --run need --chat (or --st-data)")
-        return None
-    return chat_source_from_files(Path(chat), character, world_files, seed)
+    if st_data is None and chat is None and (world_files or character or run_id):
+        raise click.UsageError("--world, --character and --run need --chat (or --st-data)")
+    return chat_source(
+        st_data, chat, character=character, group=group, world_files=world_files, seed=seed
+    )
 
 
 @cli.group()

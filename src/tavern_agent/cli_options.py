@@ -132,3 +132,32 @@ def chat_source_from_files(
         raise click.UsageError(str(exc)) from None
     stem = card_file.stem if card_file is not None else ""
     return ChatSource(chat_file, books, card, seed, world_info_settings(), character_file=stem)
+
+
+def chat_source(
+    st_data: Path | None,
+    chat: str | None,
+    *,
+    character: str | None,
+    group: str | None,
+    world_files: tuple[Path, ...],
+    seed: int | None,
+) -> ChatSource | None:
+    """The chat side of ``run`` and ``call``: a SillyTavern folder, or files one by one.
+
+    ``None`` when neither names a chat (a session run, a call without a chat).
+    """
+    if st_data is not None:
+        return st_data_source(
+            st_data,
+            character=character,
+            chat=chat,
+            group=group,
+            extra_worlds=world_files,
+            seed=seed,
+        )
+    if group is not None:
+        raise click.UsageError("--group needs --st-data")
+    if chat is None:
+        return None
+    return chat_source_from_files(Path(chat), character, world_files, seed)

@@ -11,6 +11,7 @@ model-visible ones), with ``/`` separators::
                                                     every result are kept inline)
     checkpoints/state.json                          read states for resume
     input/chat.json, input/card.json, input/persist.json
+    input/frontend-chat.jsonl                       an endpoint request's chat
     input/invocations/<inv>/tool_snapshot.json      written once
     input/invocations/<inv>/prompt.json
     model-responses/round-NNN.json                  the run's main line (root, revisions, handoffs)
@@ -36,6 +37,8 @@ CLI_READS_FILE = "checkpoints/cli-reads.json"
 CHAT_INPUT_FILE = "input/chat.json"
 CARD_FILE = "input/card.json"
 PERSIST_FILE = "input/persist.json"
+# The chat a request to the agent endpoint brought (user and assistant messages).
+FRONTEND_CHAT_FILE = "input/frontend-chat.jsonl"
 INVOCATIONS_DIR = "input/invocations"
 RESPONSES_DIR = "model-responses"
 TOOL_ARGS_DIR = "tool-args"

@@ -16,6 +16,7 @@ from tavern_agent.chat.activation import ActivatedEntry, ActivationSettings, Sca
 from tavern_agent.chat.formats import WorldBook, parse_world
 
 WORDS = ["dragon", "Dragon", "egg", "forest", "glade", "tower", "ash", "k", "ox", "moon-gate"]
+KEYS = [*WORDS, "  ", "", "{{char}}", "{{user}}'s egg"]  # blank, empty and macro keys too
 REGEXES = [
     "/dragon.{0,3}egg/s",  # can match across the join of two texts
     "/^egg/m",
@@ -35,7 +36,7 @@ def _text(rng: random.Random, words: int) -> str:
 def random_book(rng: random.Random, name: str, size: int) -> WorldBook:
     entries: dict[str, Any] = {}
     for uid in range(size):
-        keys = [rng.choice(WORDS + REGEXES) for _ in range(rng.randint(0, 3))]
+        keys = [rng.choice(KEYS + REGEXES) for _ in range(rng.randint(0, 3))]
         entry: dict[str, Any] = {
             "uid": uid,
             "key": keys,
@@ -48,6 +49,11 @@ def random_book(rng: random.Random, name: str, size: int) -> WorldBook:
             "disable": rng.random() < 0.05,
             "excludeRecursion": rng.random() < 0.2,
             "preventRecursion": rng.random() < 0.2,
+            "delayUntilRecursion": rng.choice([False, False, True, 2]),
+            "group": rng.choice(["", "", "g1", "g1,g2"]),
+            "groupOverride": rng.random() < 0.3,
+            "useProbability": rng.random() < 0.3,
+            "probability": rng.choice([0, 50, 100]),
         }
         for field, values in [
             ("caseSensitive", [None, True, False]),
@@ -99,6 +105,8 @@ def test_shortcuts_activate_the_same_entries() -> None:
             case_sensitive=rng.random() < 0.3,
             match_whole_words=rng.random() < 0.3,
             max_recursion_steps=rng.choice([0, 1, 3]),
+            min_activations=rng.choice([0, 0, 3]),
+            use_group_scoring=rng.random() < 0.3,
         )
         expected = plain_activate(books, messages, options, round_)
         assert activate(books, messages, options, random.Random(round_)) == expected

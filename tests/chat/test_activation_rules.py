@@ -298,6 +298,26 @@ CASES = [
         {1},
     ),
     Case(
+        "group scoring counts secondary keys only with selectiveLogic AND ANY or AND ALL "
+        "(a missing selectiveLogic counts primary keys only)",
+        [
+            e(1, ["rain"], keysecondary=["storm", "wind"], group="w", selectiveLogic=0),
+            e(2, ["rain", "storm"], group="w"),
+            e(3, ["rain"], keysecondary=["storm", "wind"], group="v", selective=True),
+            e(4, ["rain", "storm"], group="v"),
+        ],
+        ["rain storm wind"],
+        {1, 4},
+        ActivationSettings(use_group_scoring=True),
+    ),
+    Case(
+        "group scoring counts keys as written: an empty key is found, {{char}} is not",
+        [e(1, ["rain", ""], group="w"), e(2, ["rain", "{{char}}"], group="w")],
+        ["rain, said Seraphina"],
+        {1},
+        ActivationSettings(use_group_scoring=True),
+    ),
+    Case(
         "a group named like an activated entry's group field takes no more",
         [e(1, ["rain"], group="w", content="snow"), e(2, ["snow"], group="w")],
         ["rain"],
@@ -471,3 +491,10 @@ def test_sticky_and_cooldown_from_chat_metadata() -> None:
     assert activate([book], rain, context=effects("cooldown", 2, 9)) == []  # on cooldown
     # a sticky that ended starts the cooldown at once
     assert activate([book], rain, context=effects("sticky", 1, 5)) == []
+
+
+def test_a_lone_surrogate_in_entry_text_reaches_the_model_as_a_replacement_character() -> None:
+    book = parse_world(b'{"entries":{"1":{"uid":1,"key":["rain"],"content":"cut \\ud83d"}}}', "W")
+    (entry,) = activate([book], [ScanMessage("U", "rain")])
+    assert entry.content == "cut \ufffd"
+    entry.content.encode("utf-8")  # printable and storable

@@ -175,6 +175,11 @@ def test_113_chat_with_swipes_and_cjk_round_trips_and_takes_a_commit(tmp_path: P
 
 REAL_CARDS = {
     "Aqua.png": ("chara_card_v1", "Aqua", 0),
+    "Darkness.png": ("chara_card_v1", "Darkness", 0),
+    "Megumin.png": ("chara_card_v1", "Megumin", 0),
+    "content_Assistant_CapoGPT.png": ("chara_card_v2", "CapoGPT", 0),
+    "contest_Assistant_Gloria.png": ("chara_card_v2", "Gloria, PA", 0),
+    "default_FluxTheCat.png": ("chara_card_v2", "Flux the Cat", 0),
     "contest_Assistant_Amy.png": ("chara_card_v3", "Amy", 0),
     "contest_Assistant_Sakana.png": ("chara_card_v2", "Sakana", 14),
     "default_CodingSensei.png": ("chara_card_v2", "Coding Sensei", 0),
@@ -183,11 +188,17 @@ REAL_CARDS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(REAL_CARDS))
-def test_real_cards_parse(name: str) -> None:
-    from tavern_agent.chat.formats import parse_card
+def test_every_real_card_is_in_the_table() -> None:
+    assert sorted(p.name for p in (REAL / "cards").glob("*.png")) == sorted(REAL_CARDS)
 
-    card = parse_card((REAL / "cards" / name).read_bytes())
+
+@pytest.mark.parametrize("name", sorted(REAL_CARDS))
+def test_real_cards_parse_and_survive_a_rewrite(name: str) -> None:
+    from tavern_agent.chat.formats import parse_card, write_card_png
+
+    png = (REAL / "cards" / name).read_bytes()
+    card = parse_card(png)
     spec, card_name, entries = REAL_CARDS[name]
     book = card.book()
     assert (card.spec, card.name, len(book.entries) if book else 0) == (spec, card_name, entries)
+    assert parse_card(write_card_png(png, card.raw)).raw == card.raw

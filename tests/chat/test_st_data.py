@@ -141,6 +141,14 @@ def test_selection_picks_card_chat_books_and_settings(st: Path) -> None:
         open_st_data(st, character="Seraphina", chat="missing")
 
 
+def test_sillytavern_folder_or_data_folder_means_default_user(st: Path) -> None:
+    install = st.parents[1]  # .../SillyTavern
+    for root in (install, install / "data"):
+        assert open_st_data(root, character="Seraphina").chat_file.name == f"{CHAT_NAME}.jsonl"
+    with pytest.raises(StDataError, match="no characters/"):
+        open_st_data(st / "worlds", character="Seraphina")
+
+
 def test_group_selection(st: Path) -> None:
     chosen = open_st_data(st, group="adventurers")
     assert chosen.chat_file.name == "1701000000001.jsonl"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from tavern_agent.workspace.layout import DataRoot
 from tests.chat.helpers import write_chat
 from tests.runtime.helpers import TEXTS, profile
 from tests.runtime.kill_child import TEXT, gateway
+from tests.runtime.writer_server import WriterServer
 
 PAGE = 4096
 
@@ -190,3 +192,41 @@ def test_the_journal_keeps_only_whole_lines_when_the_disk_fills(tmp_path: Path) 
             journal.append("note", {"n": -1, "text": "y" * 9000})  # more than a page
         assert (mount / "events.jsonl").read_bytes() == data
         journal.close()
+
+
+def test_the_cli_run_on_a_filling_disk_ends_as_storage_failed_and_resumes(tmp_path: Path) -> None:
+    reply = "The ford is cold; Seraphina leads you across."
+    with WriterServer(reply) as model:
+        args = ["--model", "m", "--base-url", model.base_url, "--json"]
+        with tmpfs(tmp_path / "measure") as mount:
+            before = free_bytes(mount)
+            chat = write_chat(tmp_path / "measure-chat.jsonl", TEXTS)
+            assert cli(mount / "data", "run", str(chat), *args).returncode == 0
+            needed = before - free_bytes(mount)
+        outcomes = []
+        for level, part in enumerate((10, 65, 80, 95)):
+            chat = write_chat(tmp_path / f"chat-{level}.jsonl", TEXTS)
+            with tmpfs(tmp_path / f"disk-{level}") as mount:
+                data = mount / "data"
+                filler = fill(mount, needed * part // 100 // PAGE * PAGE)
+                proc = cli(data, "run", str(chat), *args)
+                assert "Traceback" not in proc.stderr and proc.returncode in (0, 1), proc.stderr
+                if proc.stdout:
+                    outcome = json.loads(proc.stdout)
+                    assert outcome["errorCode"] == "run.storage_failed", outcome
+                    outcomes.append(outcome["status"])
+                else:  # the run could not be created: one line, no run folder
+                    assert proc.stderr.startswith("tavern-agent: error: run.storage_failed: ")
+                    assert len(proc.stderr.strip().splitlines()) == 1
+                    outcomes.append("not created")
+                assert leftovers(mount) == [] and leftovers(tmp_path) == []
+                filler.unlink()
+                if proc.stdout:
+                    proc = cli(data, "run", "--resume", json.loads(proc.stdout)["runId"], *args)
+                else:
+                    proc = cli(data, "run", str(chat), *args)
+                outcome = json.loads(proc.stdout)
+                assert proc.returncode == 0 and outcome["status"] == "completed", proc.stderr
+                assert committed(chat, outcome["runId"]) == [reply]
+                assert len(parse_chat(chat.read_bytes()).messages) == len(TEXTS) + 1
+    assert "not created" in outcomes and "failed" in outcomes, outcomes

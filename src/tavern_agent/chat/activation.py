@@ -83,8 +83,9 @@ from tavern_agent.chat.formats import (
     WorldEntry,
     js_key_order,
     truthy,
+    well_formed,
 )
-from tavern_agent.chat.key_match import Grams, KeyTable, TableState, compile_keys
+from tavern_agent.chat.key_match import Grams, KeyTable, TableState, compile_keys, compiled_key
 from tavern_agent.chat.macros import MacroValues, substitute
 from tavern_agent.chat.timed import TimedState, active_effects, entry_hash
 
@@ -225,7 +226,7 @@ class ActivatedEntry:
             world=entry.world,
             uid=entry.uid,
             label=entry.label,
-            content=entry.content if content is None else content,
+            content=well_formed(entry.content if content is None else content),
             position=entry.position_name,
             order=entry.order,
             depth=entry.depth,
@@ -322,21 +323,34 @@ class _Compiled:
             return all(hits)
         return False
 
-    def score(self, raw: str, folded: str, grams: Grams) -> int:
-        """Group scoring: matching primary keys, plus secondary ones for AND ANY / AND ALL."""
-        if not self.keys:
+    def score(self, raw: str, folded: str, grams: Grams, whole_words: bool) -> int:
+        """Group scoring (``getScore``): how many keys match, counted on the keys as written
+        (no macros, not trimmed: an empty key counts as found). Secondary keys count
+        with ``selectiveLogic`` AND ANY, or AND ALL when all of them match; any other
+        value (a missing one too) counts the primary keys only."""
+        primary = _count_raw(self.entry.raw.get("key"), raw, folded, grams, self, whole_words)
+        if primary is None or primary[1] == 0:
             return 0
-        case = self.case_sensitive
-        primary = sum(1 for k in self.keys if k is not None and k.matches(raw, folded, case, grams))
-        found = [
-            k is not None and k.matches(raw, folded, case, grams) for k in self.secondary or ()
-        ]
-        logic = self.entry.selective_logic
-        if logic == AND_ANY:
-            return primary + sum(found)
-        if logic == AND_ALL and found and all(found):
-            return primary + len(found)
-        return primary
+        secondary = _count_raw(
+            self.entry.raw.get("keysecondary"), raw, folded, grams, self, whole_words
+        )
+        found, total = secondary if secondary is not None else (0, 0)
+        logic = self.entry.raw.get("selectiveLogic")
+        if total and logic == AND_ANY and not isinstance(logic, bool):
+            return primary[0] + found
+        if total and logic == AND_ALL and found == total:
+            return primary[0] + found
+        return primary[0]
+
+
+def _count_raw(
+    value: Any, raw: str, folded: str, grams: Grams, c: _Compiled, whole_words: bool
+) -> tuple[int, int] | None:
+    """``(matching, all)`` keys of a key list as written; ``None`` when it is no array."""
+    if not isinstance(value, list):
+        return None
+    keys = [compiled_key(str(k), c.case_sensitive, whole_words) for k in value]
+    return sum(k.matches(raw, folded, c.case_sensitive, grams) for k in keys), len(keys)
 
 
 class _Buffer:
@@ -759,7 +773,9 @@ def _groups_by_score(
         scores = []
         for c in group:
             raw, folded = scan.buffer.text(c.scan_depth, c.extras, state)
-            scores.append(c.score(raw, folded, scan.grams))
+            whole = c.entry.match_whole_words
+            whole = scan.settings.match_whole_words if whole is None else whole
+            scores.append(c.score(raw, folded, scan.grams, whole))
         best = max(scores)
         at = 0
         while at < len(group):

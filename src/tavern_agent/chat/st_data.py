@@ -228,12 +228,24 @@ def _persona(settings: dict[str, Any]) -> tuple[str | None, str, str | None]:
     )
 
 
+def user_folder(root: Path) -> Path:
+    """``root`` if it is a ``data/<user>/`` folder; for SillyTavern's own folder or its
+    ``data/``, the ``default-user`` inside."""
+    for candidate in (root, root / "default-user", root / "data" / "default-user"):
+        if (candidate / "characters").is_dir():
+            return candidate
+    raise StDataError(
+        f"{root} is not a SillyTavern user folder (no characters/ in it); "
+        "give SillyTavern/data/<user>/"
+    )
+
+
 def open_st_data(
     root: Path, *, character: str | None = None, chat: str = LATEST, group: str | None = None
 ) -> StSelection:
-    """Choose the chat, card and lorebooks in a SillyTavern ``data/<user>/`` folder."""
-    if not root.is_dir():
-        raise StDataError(f"{root} is not a folder")
+    """Choose the chat, card and lorebooks in a SillyTavern ``data/<user>/`` folder
+    (SillyTavern's own folder or its ``data/`` mean ``data/default-user/``)."""
+    root = user_folder(root)
     settings = read_settings(root)
     members: tuple[str, ...] = ()
     cards: list[tuple[Path, CharacterCard]] = []

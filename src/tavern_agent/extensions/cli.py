@@ -1,4 +1,4 @@
-"""``tavern-agent serve`` (the extension host) and ``--ext`` module loading."""
+"""``tavern-agent serve`` (the extension host and the agent endpoint) and ``--ext`` loading."""
 
 from __future__ import annotations
 
@@ -8,11 +8,16 @@ import signal
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
+from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.extensions.host import CLIENT_PATH, DEFAULT_CALL_TIMEOUT, PAGE_PATH, ExtensionHost
 from tavern_agent.extensions.remote import HostFiles
+
+if TYPE_CHECKING:
+    from tavern_agent.endpoint.serve import EndpointOptions
 
 
 def load_modules(modules: Iterable[str]) -> None:
@@ -47,6 +52,56 @@ def load_modules(modules: Iterable[str]) -> None:
     show_default=True,
     help="Seconds to wait for a page's receipt.",
 )
+@click.option(
+    "--model",
+    default=None,
+    help="Upstream model the agent endpoint's runs call (with --base-url); enables the endpoint.",
+)
+@click.option(
+    "--replay",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    default=None,
+    help="Answer the endpoint's model requests from this recorded run folder (offline).",
+)
+@click.option("--base-url", default=None, help="Upstream API base URL (as for `run`).")
+@click.option(
+    "--protocol",
+    type=click.Choice([p.value for p in ModelProtocol]),
+    default="openai_chat",
+    show_default=True,
+)
+@click.option(
+    "--api-key-env",
+    default="OPENAI_API_KEY",
+    show_default=True,
+    help="Environment variable holding the upstream model's key (as for `run`).",
+)
+@click.option(
+    "--api-port",
+    type=int,
+    default=8788,
+    show_default=True,
+    help="Port of the agent endpoint (/v1/chat/completions); 0 picks a free one.",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the agent endpoint binds; anything else exposes it beyond this machine.",
+)
+@click.option(
+    "--endpoint-key-env",
+    default=None,
+    metavar="NAME",
+    help="Take the endpoint's bearer key from $NAME instead of <data-dir>/endpoint/api-key.",
+)
+@click.option(
+    "--max-concurrent-runs",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Endpoint runs at once; more get 503 with Retry-After.",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -54,22 +109,57 @@ def serve_command(
     origins: tuple[str, ...],
     pages: Path | None,
     call_timeout: float,
+    model: str | None,
+    replay: Path | None,
+    base_url: str | None,
+    protocol: str,
+    api_key_env: str,
+    api_port: int,
+    host: str,
+    endpoint_key_env: str | None,
+    max_concurrent_runs: int,
 ) -> None:
-    """Run the extension host: pages connect and register tools; runs call them.
+    """Run the extension host and, with --model or --replay, the agent endpoint.
 
-    Binds 127.0.0.1 only. The token is printed once and kept owner-only in
+    The extension host: pages connect and register tools; runs call them. It
+    binds 127.0.0.1 only. Its token is printed once and kept owner-only in
     <data-dir>/extensions/token; pages load /ext/tavern-agent.js and call
     tavernAgent.connect(url, token).
+
+    The agent endpoint (http://127.0.0.1:8788/v1) speaks the OpenAI Chat
+    Completions API: point SillyTavern or any OpenAI client at it, and each
+    request is answered by an agent run with tools. Its bearer key is created
+    on first start, printed once and kept owner-only in
+    <data-dir>/endpoint/api-key. --allow-origin also lets browser pages of
+    that origin call it.
     """
-    files = HostFiles(ctx.obj["data_dir"])
+    data_dir: Path = ctx.obj["data_dir"]
+    files = HostFiles(data_dir)
+    options: EndpointOptions | None = None
+    if model is not None or replay is not None:
+        from tavern_agent.endpoint.serve import EndpointOptions  # Starlette only when used
+
+        options = EndpointOptions.from_cli(
+            data_dir,
+            model=model,
+            replay=replay,
+            base_url=base_url,
+            protocol=protocol,
+            api_key_env=api_key_env,
+            host=host,
+            port=api_port,
+            key_env=endpoint_key_env,
+            origins=origins,
+            max_concurrent_runs=max_concurrent_runs,
+        )
 
     async def run() -> None:
-        host = ExtensionHost(allowed_origins=origins, call_timeout=call_timeout, pages_dir=pages)
+        ext = ExtensionHost(allowed_origins=origins, call_timeout=call_timeout, pages_dir=pages)
         try:
-            url = await host.start(port)
+            url = await ext.start(port)
         except OSError as exc:
             raise click.ClickException(f"cannot listen on 127.0.0.1:{port}: {exc}") from None
-        files.write(url, host.token)
+        files.write(url, ext.token)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -77,12 +167,17 @@ def serve_command(
         ws = url.replace("http://", "ws://") + PAGE_PATH
         click.echo(f"extension host: {url}  (pages connect to {ws})")
         click.echo(f"client script: {url}{CLIENT_PATH}")
-        click.echo(f"token: {host.token}  (also in {files.token_path})")
+        click.echo(f"token: {ext.token}  (also in {files.token_path})")
         sys.stdout.flush()
         try:
-            await stop.wait()
+            if options is None:
+                await stop.wait()
+            else:
+                from tavern_agent.endpoint.serve import serve_endpoint
+
+                await serve_endpoint(options, stop)
         finally:
             files.clear()
-            await host.aclose()
+            await ext.aclose()
 
     asyncio.run(run())

@@ -16,16 +16,15 @@ from rich.console import Console
 from rich.table import Table
 
 from tavern_agent import run_layout
-from tavern_agent.assembly import Assembly, ChatSource
+from tavern_agent.assembly import Assembly
 from tavern_agent.chat import progress as index_progress
 from tavern_agent.chat.formats import (
     ChatFormatError,
     parse_chat,
 )
 from tavern_agent.cli_options import (
-    chat_source_from_files,
+    chat_source,
     mcp_ask_option,
-    st_data_source,
     world_info_options,
 )
 from tavern_agent.config import resolve_profile
@@ -252,20 +251,9 @@ def run_command(
             profile: Profile = resolve_profile(profile_spec, data_dir)
         except ProfileError as exc:
             raise click.UsageError(str(exc)) from None
-        source: ChatSource | None = None
-        if st_data is not None:
-            source = st_data_source(
-                st_data,
-                character=character,
-                chat=chat_file,
-                group=group,
-                extra_worlds=worlds,
-                seed=seed,
-            )
-        elif chat_file is not None:
-            if group is not None:
-                raise click.UsageError("--group needs --st-data")
-            source = chat_source_from_files(Path(chat_file), character, worlds, seed)
+        source = chat_source(
+            st_data, chat_file, character=character, group=group, world_files=worlds, seed=seed
+        )
         gateway, record = _gateway(model, replay, base_url, protocol, api_key_env)
         spec = RunSpec(
             profile,

@@ -224,16 +224,19 @@ class ToolCatalog:
         if child:
             drops = self.builtins.child_drops
             enabled = [t for t in enabled if t not in drops] + sorted(only_children, key=str)
-        offer = Offer(profile, scene, frozenset(t for t in enabled if t in available))
+        describers = self.builtins.describers
+        offer: Offer | None = None
         for tool_id in enabled:
             descriptor = available.get(tool_id)
             if descriptor is None:
                 why = self._why_missing(tool_id, scene)
                 notes.append(f"{tool_id} skipped: {why}")
                 continue
-            builtin = self.builtins.get(tool_id)
-            if builtin is not None and builtin.describe is not None:
-                descriptor = replace(descriptor, description=builtin.describe(offer))
+            describe = describers.get(tool_id) if tool_id.kind is ToolKind.BUILTIN else None
+            if describe is not None:
+                if offer is None:  # built once, only for a snapshot that needs it
+                    offer = Offer(profile, scene, frozenset(t for t in enabled if t in available))
+                descriptor = replace(descriptor, description=describe(offer))
             override = profile.tool_descriptions.get(str(tool_id))
             if override is not None:
                 descriptor, override_notes = _apply_override(

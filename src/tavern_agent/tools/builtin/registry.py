@@ -109,7 +109,7 @@ class BuiltinRegistry:
         if tool.tool_id in self._tools:
             raise ValueError(f"built-in tool {tool.tool_id} is registered twice")
         self._tools[tool.tool_id] = tool
-        for cached in ("finishing", "child_drops", "child_only", "repeatable"):
+        for cached in ("finishing", "child_drops", "child_only", "repeatable", "describers"):
             self.__dict__.pop(cached, None)
 
     def get(self, tool_id: ToolId) -> BuiltinTool | None:
@@ -122,6 +122,11 @@ class BuiltinRegistry:
     def finishing(self) -> frozenset[ToolId]:
         """Tools that end the caller's work (see :class:`BuiltinTool`)."""
         return frozenset(t.tool_id for t in self._tools.values() if t.finishing)
+
+    @functools.cached_property
+    def describers(self) -> dict[ToolId, Describe]:
+        """The tools whose description is written per snapshot (see :class:`BuiltinTool`)."""
+        return {t.tool_id: t.describe for t in self._tools.values() if t.describe is not None}
 
     @functools.cached_property
     def child_drops(self) -> frozenset[ToolId]:

@@ -1,0 +1,233 @@
+"""The OpenAI Chat Completions shapes the agent endpoint reads and writes.
+
+Pure values, no I/O: parsing a request body into :class:`CompletionRequest`,
+and building responses, stream chunks and errors exactly as the OpenAI API
+shapes them (``{"error": {"message", "type", "code"}}`` for errors). Fields a
+frontend sends that the agent does not use (``temperature``, ``logit_bias``,
+``tools``, its own extras) are ignored, but a known field of the wrong type
+is refused: a client that sends ``"stream": "yes"`` learns it at once.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tavern_agent.core import json_input
+
+MODEL_PREFIX = "tavern-agent/"
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+class RequestError(ValueError):
+    """A request the endpoint refuses: an HTTP status and an OpenAI error body."""
+
+    def __init__(
+        self, status: int, message: str, *, kind: str = "invalid_request_error", code: str
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return error_body(str(self), self.kind, self.code)
+
+
+def error_body(message: str, kind: str, code: str | None) -> dict[str, Any]:
+    """The OpenAI error shape."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def bad_request(message: str, code: str = "invalid_request") -> RequestError:
+    return RequestError(400, message, code=code)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message of the request: its role, its text and an optional speaker name."""
+
+    role: str
+    content: str
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionRequest:
+    """What the agent uses of a chat completion request."""
+
+    messages: tuple[Message, ...]
+    model: str | None
+    stream: bool
+    include_usage: bool
+
+    @property
+    def system_texts(self) -> list[str]:
+        """The frontend's context: its system (and developer) messages, in order."""
+        return [m.content for m in self.messages if m.role in ("system", "developer") and m.content]
+
+    @property
+    def floors(self) -> list[Message]:
+        """The chat: user and assistant messages, in order."""
+        return [m for m in self.messages if m.role in ("user", "assistant")]
+
+
+def _content_text(content: Any, where: str) -> str:
+    """A message's text: a string, null, or a list of content parts (text parts kept)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts: list[str] = []
+        for part in content:
+            if not isinstance(part, Mapping):
+                raise bad_request(f"{where}.content: each part must be an object")
+            if part.get("type") == "text":
+                text = part.get("text")
+                if not isinstance(text, str):
+                    raise bad_request(f"{where}.content: a text part needs a string 'text'")
+                texts.append(text)
+        return "\n".join(texts)
+    raise bad_request(f"{where}.content must be a string, an array of parts or null")
+
+
+def _message(raw: Any, index: int) -> Message:
+    where = f"messages[{index}]"
+    if not isinstance(raw, Mapping):
+        raise bad_request(f"{where} must be an object")
+    role = raw.get("role")
+    if not isinstance(role, str) or role not in ROLES:
+        raise bad_request(f"{where}.role must be one of {', '.join(ROLES)}")
+    name = raw.get("name")
+    if name is not None and not isinstance(name, str):
+        raise bad_request(f"{where}.name must be a string")
+    return Message(role, _content_text(raw.get("content"), where), name or None)
+
+
+def _optional(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
+    value = body.get(key)
+    # bool is an int in Python: a flag of true is not a number of tokens.
+    wrong_bool = isinstance(value, bool) and bool not in (
+        kind if isinstance(kind, tuple) else (kind,)
+    )
+    if value is not None and (not isinstance(value, kind) or wrong_bool):
+        raise bad_request(f"'{key}' must be {what}", "invalid_type")
+    return value
+
+
+def parse_request(data: bytes) -> CompletionRequest:
+    """Parse and check a request body; :class:`RequestError` (400) says what is wrong."""
+    try:
+        body = json_input.loads(data)
+    except json_input.JsonInputError as exc:
+        raise bad_request(f"The body is not valid JSON: {exc}", "invalid_json") from None
+    if not isinstance(body, Mapping):
+        raise bad_request("The body must be a JSON object")
+    raw_messages = body.get("messages")
+    if not isinstance(raw_messages, list) or not raw_messages:
+        raise bad_request("'messages' must be a non-empty array", "invalid_type")
+    messages = tuple(_message(m, i) for i, m in enumerate(raw_messages))
+    model = _optional(body, "model", str, "a string")
+    stream = _optional(body, "stream", bool, "true or false")
+    options = _optional(body, "stream_options", Mapping, "an object")
+    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        _optional(body, key, (int, float), "a number")
+    for key in ("max_tokens", "max_completion_tokens", "n", "seed"):
+        _optional(body, key, int, "an integer")
+    include_usage = bool(options and options.get("include_usage") is True)
+    return CompletionRequest(messages, model or None, bool(stream), include_usage)
+
+
+# ---------------------------------------------------------------- responses
+
+
+def completion_id() -> str:
+    return f"chatcmpl-{secrets.token_hex(12)}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def usage_json(usage: Mapping[str, int]) -> dict[str, int]:
+    prompt = int(usage.get("prompt_tokens", 0))
+    completion = int(usage.get("completion_tokens", 0))
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def completion(
+    cid: str, created: int, model: str, content: str, usage: Mapping[str, int]
+) -> dict[str, Any]:
+    """A non-stream response holding the committed message."""
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content, "refusal": None},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": usage_json(usage),
+    }
+
+
+def chunk(
+    cid: str,
+    created: int,
+    model: str,
+    delta: Mapping[str, Any],
+    finish_reason: str | None = None,
+    usage: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """One stream chunk; every chunk carries a ``choices`` array with index 0."""
+    out: dict[str, Any] = {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": 0, "delta": dict(delta), "logprobs": None, "finish_reason": finish_reason}
+        ],
+    }
+    if usage is not None:
+        out["usage"] = usage_json(usage)
+    return out
+
+
+def model_list(ids: Sequence[str], created: int = 0, owner: str = "tavern-agent") -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": MODEL_PREFIX + i,
+                "object": "model",
+                "created": created,
+                "owned_by": "tavern-agent",
+            }
+            for i in ids
+        ],
+    }
+
+
+def add_usage(total: dict[str, int], usage: Mapping[str, Any]) -> None:
+    """Add one upstream response's usage, whatever protocol named its counts."""
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens", usage.get("promptTokenCount")))
+    completion = usage.get(
+        "completion_tokens", usage.get("output_tokens", usage.get("candidatesTokenCount"))
+    )
+    for key, value in (("prompt_tokens", prompt), ("completion_tokens", completion)):
+        if isinstance(value, int) and not isinstance(value, bool):
+            total[key] = total.get(key, 0) + value

@@ -1,0 +1,162 @@
+"""A chat completion request becomes an agent run.
+
+The request's user and assistant messages become a SillyTavern chat file
+(floors 0, 1, … in order) written into the run's own folder; its system
+messages (the character card, world info and notes as the frontend assembled
+them) become the run's task text, the frontend's context. The run is started
+and driven exactly as ``tavern-agent run`` does it (``Run.start`` on the serve
+process's one :class:`~tavern_agent.assembly.Assembly`, then an
+:class:`~tavern_agent.runtime.loop.Engine`), so every request is a journaled
+run that ``tavern-agent runs list`` shows. The reply is the committed message.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tavern_agent import run_layout
+from tavern_agent.assembly import Assembly
+from tavern_agent.chat.dates import send_date
+from tavern_agent.chat.formats import encode_line
+from tavern_agent.config import profiles_dir, resolve_profile
+from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.core.profile import BUILTIN_PROFILE_IDS, Profile, ProfileError
+from tavern_agent.endpoint.protocol import (
+    MODEL_PREFIX,
+    CompletionRequest,
+    RequestError,
+    add_usage,
+)
+from tavern_agent.fsutil import atomic_write
+from tavern_agent.providers.gateway import ModelGateway
+from tavern_agent.runtime.journal import Event
+from tavern_agent.runtime.loop import Engine
+from tavern_agent.runtime.run import Run, RunSpec, new_run_id
+from tavern_agent.workspace.layout import chat_workspace_id
+
+DEFAULT_PROFILE = "default-writer"
+USER_NAME = "User"
+CHARACTER_NAME = "Assistant"
+CONTEXT_HEADING = "## The chat frontend's context (character, world info, notes)"
+
+
+def profile_ids(data_dir: Path) -> list[str]:
+    """The profiles a request may name: the built-ins and those saved in the data root."""
+    saved = {p.stem for p in profiles_dir(data_dir).glob("*.json")}
+    return sorted(saved | set(BUILTIN_PROFILE_IDS))
+
+
+def profile_for(model: str | None, data_dir: Path) -> Profile:
+    """The profile ``model`` names (``tavern-agent/<id>`` or ``<id>``); 404 for an unknown one."""
+    wanted = (model or MODEL_PREFIX + DEFAULT_PROFILE).removeprefix(MODEL_PREFIX)
+    known = profile_ids(data_dir)
+    if wanted not in known:  # never a path: only the listed ids
+        listed = ", ".join(MODEL_PREFIX + i for i in known)
+        raise RequestError(
+            404,
+            f"The model '{model}' does not exist. Use one of: {listed} (GET /v1/models).",
+            code="model_not_found",
+        )
+    try:
+        return resolve_profile(wanted, data_dir)
+    except ProfileError as exc:
+        raise RequestError(500, str(exc), kind="server_error", code="profile_invalid") from None
+
+
+def chat_bytes(request: CompletionRequest, integrity: str) -> bytes:
+    """The request's user and assistant messages as a SillyTavern chat file."""
+    floors = request.floors
+    user = next((m.name for m in floors if m.role == "user" and m.name), USER_NAME)
+    character = next((m.name for m in floors if m.role == "assistant" and m.name), CHARACTER_NAME)
+    date = send_date()
+    header = {
+        "user_name": user,
+        "character_name": character,
+        "create_date": str(date),
+        "chat_metadata": {"integrity": integrity},
+    }
+    lines = [encode_line(header)]
+    for m in floors:
+        is_user = m.role == "user"
+        name = m.name or (user if is_user else character)
+        record = {"name": name, "is_user": is_user, "send_date": date, "mes": m.content}
+        lines.append(encode_line(record | {"extra": {}}))
+    return b"\n".join(lines) + b"\n"
+
+
+def task_text(request: CompletionRequest) -> str:
+    """The run's task: the frontend's system messages as context, then the job."""
+    context = "\n\n".join(request.system_texts)
+    if not context:
+        return ""
+    return f"{CONTEXT_HEADING}\n{context}\n\nWrite the next reply."
+
+
+@dataclass
+class RunProgress:
+    """Collects what a request's answer needs from the journal as the run goes."""
+
+    on_line: Callable[[str], None] | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+
+    def __call__(self, event: Event) -> None:
+        kind, p = event["type"], event["payload"]
+        if kind == "model_response_stored":
+            add_usage(self.usage, p.get("usage") or {})
+        elif kind in ("tool_call_completed", "tool_call_failed") and self.on_line is not None:
+            self.on_line(progress_line(p, failed=kind == "tool_call_failed"))
+
+
+def progress_line(outcome: dict[str, Any], *, failed: bool) -> str:
+    """One tool call's name and outcome on one line."""
+    name = outcome.get("name") or "?"
+    message = " ".join(str(outcome.get("message") or "").split())
+    if len(message) > 160:
+        message = message[:159] + "…"
+    if failed:
+        return f"✗ {name}: {outcome.get('errorCode')}: {message}"
+    return f"✓ {name}: {message}"
+
+
+@dataclass
+class AgentService:
+    """Runs requests on one assembly and one upstream gateway (one per ``serve`` process)."""
+
+    assembly: Assembly
+    gateway: ModelGateway
+    model_record: dict[str, Any]
+    protocol: ModelProtocol = ModelProtocol.OPENAI_CHAT
+    fsync: bool = True
+
+    @property
+    def data_dir(self) -> Path:
+        return self.assembly.data.path
+
+    def start(
+        self,
+        request: CompletionRequest,
+        profile: Profile,
+        progress: RunProgress,
+        run_id: str | None = None,
+    ) -> Engine:
+        """Write the request's chat into a new run folder, start the run; return its engine."""
+        run_id = run_id or new_run_id()
+        integrity = f"endpoint-{run_id}-{secrets.token_hex(4)}"
+        run_root = self.data_dir / "chats" / chat_workspace_id(integrity) / "runs" / run_id
+        chat_file = run_root / run_layout.FRONTEND_CHAT_FILE
+        # No fsync (it was a tenth of the endpoint's own cost): Run.start freezes what
+        # the run reads durably, and a commit rewrites the whole file durably.
+        atomic_write(chat_file, chat_bytes(request, integrity), durable=False)
+        spec = RunSpec(
+            profile,
+            self.protocol,
+            chat_file=chat_file,
+            task=task_text(request),
+            model=self.model_record,
+        )
+        run = Run.start(self.assembly, spec, run_id)
+        return Engine(run, self.gateway, listeners=(progress,), fsync=self.fsync)
