@@ -24,6 +24,7 @@ from tavern_agent.assembly import Assembly, ChatSource
 from tavern_agent.chat.formats import parse_chat
 from tavern_agent.config import resolve_profile
 from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.core.profile import Profile
 from tavern_agent.inputs import load_card, load_world
 from tavern_agent.runtime.engines import TemporalEngine
 from tavern_agent.runtime.journal import read_events
@@ -32,7 +33,7 @@ from tavern_agent.runtime.run import Run, RunSpec
 from tavern_agent.temporal.worker import connect
 from tavern_agent.temporal.workflow import RunWorkflow
 from tests.chat.helpers import write_chat
-from tests.runtime.helpers import profile
+from tests.runtime.helpers import WRITER_TOOLS, profile
 from tests.runtime.openai_server import OpenAIServer
 from tests.temporal.conftest import ROOT, Workers
 
@@ -170,6 +171,7 @@ def test_concurrent_runs_spread_over_two_workers_each_commit_once(
 TURNS = [
     [("workspace_write_file", {"file_path": "output/main.md", "content": "Rowan wades in."})],
     [("workspace_commit", {"reason": "the reply"})],
+    [("workspace_shell", {"command": "sleep 20; echo done"})],
     [("workspace_finish", {"reason": "posted"})],
 ]
 
@@ -183,30 +185,27 @@ def test_a_killed_worker_s_run_finishes_on_another_with_one_commit(
     first = workers.start()
     # A short heartbeat: the dead worker's step is given to another after 1 s.
     engine = TemporalEngine(temporal_server, task_queue="kill", heartbeat_seconds=1)
+    tools = {"allow": [*WRITER_TOOLS, "builtin:workspace.shell"]}
+    shell_profile = Profile.from_json({"id": "writer", "name": "Writer", "tools": tools})
 
     async def scenario(server: OpenAIServer) -> tuple[Run, RunResult]:
-        record = {
-            "kind": "http",
-            "protocol": "openai_chat",
-            "model": "local",
-            "baseUrl": server.base_url,
-            "apiKeyEnv": None,
-        }
+        record = {"kind": "http", "protocol": "openai_chat", "model": "local"}
+        record |= {"baseUrl": server.base_url, "apiKeyEnv": None}
         async with await Assembly.open(data, pages=False) as assembly:
-            spec = RunSpec(
-                profile(), ModelProtocol.OPENAI_CHAT, chat_file=chat, seed=7, model=record
-            )
+            protocol = ModelProtocol.OPENAI_CHAT
+            spec = RunSpec(shell_profile, protocol, chat_file=chat, seed=7, model=record)
             run = Run.start(assembly, spec)
         running = asyncio.ensure_future(engine.execute(run))
-        # The third model request (after the commit) hangs: kill its worker meanwhile.
-        assert await asyncio.to_thread(server.paused.wait, 60)
+        # Kill the worker while the shell call of round 3 runs (after the commits).
+        while kinds(run.run_dir).count("tool_call_started") < 3:
+            await asyncio.sleep(0.01)
+        assert kinds(run.run_dir)[-1] == "tool_call_started"  # the shell call runs
         workers.kill(first)
-        server.release.set()
         workers.start()
         return run, await asyncio.wait_for(running, 90)
 
     try:
-        with OpenAIServer(TURNS, pause_once_at=2) as server:
+        with OpenAIServer(TURNS) as server:
             run, result = asyncio.run(scenario(server))
     finally:
         workers.stop_all()
@@ -216,8 +215,10 @@ def test_a_killed_worker_s_run_finishes_on_another_with_one_commit(
     journal = read_events(run.run_dir / run_layout.JOURNAL_FILE)
     confirmed = [e["payload"]["index"] for e in journal if e["type"] == "commit_confirmed"]
     assert confirmed == [1, 2]  # none repeated by the second worker
+    shell = [e["payload"] for e in journal if e["type"] == "tool_result_stored"][2]
+    assert shell["result"]["errorCode"] == "tool.outcome_unknown"  # not run again
     events = kinds(run.run_dir)
-    assert events.count("tool_call_requested") == 3  # no call ran twice
+    assert events.count("tool_call_started") == 4  # the shell call was not started again
     assert events[-1] == "run_completed"
 
 
