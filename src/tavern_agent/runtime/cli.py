@@ -320,8 +320,8 @@ def run_command(
             holder["run"] = run
             if temporal is not None and engine_name == "temporal":
                 await own.aclose()  # the workers ask the model the run's record names
-                remote = TemporalEngine(temporal, task_queue=task_queue)
                 try:
+                    remote = TemporalEngine(temporal, task_queue=task_queue)
                     return await remote.execute(run, listeners)
                 except ValueError as exc:
                     raise click.UsageError(str(exc)) from None

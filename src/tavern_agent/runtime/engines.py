@@ -103,14 +103,17 @@ class TemporalEngine:
         task_queue: str | None = None,
         heartbeat_seconds: float = 10.0,
     ) -> None:
-        from tavern_agent.temporal.workflow import DEFAULT_TASK_QUEUE
-
+        try:
+            from tavern_agent.temporal.workflow import DEFAULT_TASK_QUEUE
+        except ImportError:
+            raise ValueError(
+                "the Temporal engine needs the temporal extra: pip install 'tavern-agent[temporal]'"
+            ) from None
         self.address = address
         self.task_queue = task_queue or DEFAULT_TASK_QUEUE
         self.heartbeat_seconds = heartbeat_seconds
 
     async def execute(self, run: Run, listeners: tuple[Listener, ...] = ()) -> RunResult:
-        from tavern_agent.temporal.worker import connect
         from tavern_agent.temporal.workflow import WORKFLOW_NAME, RunInput, StepOutcome
 
         if run.invocations[-1].snapshot.name_of(DELEGATE) is not None:
@@ -119,7 +122,7 @@ class TemporalEngine:
                 "the profile allows agent delegation, which runs on the local engine only: "
                 "run without --engine temporal, or use a profile without agent_delegate"
             )
-        client = await connect(self.address)
+        client = await self._client()
         handle = await client.start_workflow(
             WORKFLOW_NAME,
             RunInput(str(run.run_dir), self.heartbeat_seconds),
@@ -141,13 +144,25 @@ class TemporalEngine:
             await asyncio.wait([result], timeout=FOLLOW_EVERY)
 
     async def cancel(self, run: Run) -> RunResult:
-        from tavern_agent.temporal.worker import connect
+        from temporalio.service import RPCError
+
         from tavern_agent.temporal.workflow import StepOutcome
 
-        client = await connect(self.address)
+        client = await self._client()
         handle = client.get_workflow_handle(run.id, result_type=StepOutcome)
-        await handle.cancel()
+        try:
+            await handle.cancel()
+        except RPCError as exc:
+            raise ValueError(f"run {run.id} is not a Temporal run here: {exc.message}") from None
         return result_of(run.id, await handle.result())
+
+    async def _client(self) -> Any:
+        from tavern_agent.temporal.worker import connect
+
+        try:
+            return await connect(self.address)
+        except RuntimeError as exc:
+            raise ValueError(f"cannot reach the Temporal server at {self.address}: {exc}") from None
 
 
 def result_of(run_id: str, outcome: Any) -> RunResult:
