@@ -225,3 +225,13 @@ def test_a_request_naming_another_host_is_refused(served: tuple[Served, OpenAISe
     listed = httpx.get(f"{server.url}/models", headers=auth | {"host": "localhost:1"})
     assert listed.status_code == 200
     assert run_count(server) == before
+
+
+def test_a_request_with_only_system_messages_is_an_empty_chat(
+    served: tuple[Served, OpenAIServer],
+) -> None:
+    server, _ = served
+    body = {"messages": [{"role": "system", "content": "Greet the traveller as Seraphina."}]}
+    response = post(server, body)
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == REPLY
