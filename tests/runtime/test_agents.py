@@ -568,3 +568,29 @@ def test_a_recorded_run_with_two_children_replays_offline(tmp_path: Path) -> Non
     assert replayed == child_results(recorded.run_dir)
     assert replayed["scout"]["findings"] == ["ford to the north"]
     assert replayed["critic"]["summary"] == "The pace is fine."
+
+
+def test_an_agent_without_await_is_told_how_results_reach_it(tmp_path: Path) -> None:
+    h, _ = setup(tmp_path)
+    root = Profile.from_json(
+        agent("writer", (*WRITER_TOOLS, "builtin:agent.delegate"), canDelegate=True)
+    )
+    task = {"objective": "Find the ford."}
+    scripts: dict[str, AgentScript] = {
+        "writer": [
+            call("agent_delegate", {"agentId": "scout", "task": task}),
+            call("workspace_write_file", {"file_path": "output/main.md", "content": "On."}),
+            call("workspace_commit", {"reason": "the reply"}),
+            call("workspace_finish", {}),
+        ],
+        "scout": [call("task_return", {"summary": "Upstream.", "status": "completed"})],
+    }
+    run, result, _, _ = drive(h, root, scripts)
+    assert result.status == "completed"
+    started = next(
+        e["payload"]["result"]["content"]
+        for e in events(run)
+        if e["type"] == "tool_result_stored" and "Started" in e["payload"]["result"]["content"]
+    )
+    assert "agent_await" not in started
+    assert "added to your next turn" in started

@@ -380,7 +380,8 @@ class AgentTasks:
         limits = caller.delegation
         mine = [t for t in self.tasks.values() if t.parent.id == inv.id]
         live = [t for t in mine if t.live]
-        waiter = inv.snapshot.name_of(AWAIT) or "agent_await"
+        waiter = inv.snapshot.name_of(AWAIT)
+        wait_one = f"Wait for one with {waiter}" if waiter else "Wait until one ends"
         budget = ErrorCode.AGENT_DELEGATION_BUDGET_EXHAUSTED
         if len(mine) >= limits.max_invocations_per_run:
             text = (
@@ -391,7 +392,7 @@ class AgentTasks:
         if len(live) >= limits.max_concurrent_invocations:
             text = (
                 f"Not started: {len(live)} tasks already run (limit "
-                f"{limits.max_concurrent_invocations}). Wait for one with {waiter}, then retry."
+                f"{limits.max_concurrent_invocations}). {wait_one}, then retry."
             )
             return _error(rc, binding, budget, text, limit=limits.max_concurrent_invocations)
         repeats = sum(1 for t in self.tasks.values() if t.agent_id == target.id)
@@ -430,9 +431,10 @@ class AgentTasks:
         )
         engine.invocation_started(child)
         task.runner = asyncio.get_running_loop().create_task(engine.drive_child(task))
-        text = (
-            f"Started {task_id} for agent {target.id}; it runs in the background. "
+        text = f"Started {task_id} for agent {target.id}; it runs in the background. " + (
             f"Collect its result with {waiter}."
+            if waiter
+            else "Its result is added to your next turn when it ends."
         )
         return _result(
             rc, binding, text, {"taskId": task_id, "status": "running", "agentId": target.id}
@@ -444,9 +446,11 @@ class AgentTasks:
         self, inv: Invocation, rc: RecordedCall, binding: ToolBinding, effect: AwaitRequested
     ) -> AgentToolResult:
         mine = self.owned(inv)
-        delegate = inv.snapshot.name_of(DELEGATE) or "agent_delegate"
+        delegate = inv.snapshot.name_of(DELEGATE)
         if not mine:
-            text = f"You have no delegated tasks. Start one with {delegate}."
+            text = "You have no delegated tasks." + (
+                f" Start one with {delegate}." if delegate else ""
+            )
             return _error(rc, binding, ErrorCode.AGENT_NO_CHILD_TASKS, text)
         if effect.task_ids is None:
             chosen = mine
@@ -624,11 +628,12 @@ class AgentTasks:
             return _error(rc, binding, denied, text), None
         live = self.live(inv)
         if live:
-            waiter = inv.snapshot.name_of(AWAIT) or "agent_await"
+            waiter = inv.snapshot.name_of(AWAIT)
             ids = ", ".join(t.id for t in live)
-            text = (
-                f"Not handed off: {len(live)} task(s) still run ({ids}). "
+            text = f"Not handed off: {len(live)} task(s) still run ({ids}). " + (
                 f"Wait for them with {waiter}, then hand off."
+                if waiter
+                else "Hand off once they end."
             )
             return _error(rc, binding, ErrorCode.AGENT_HANDOFF_PENDING_TASKS, text), None
         target = self._not_usable(rc, binding, caller, effect.agent_id, "handoff", denied)
