@@ -52,10 +52,11 @@ async def test_a_disconnect_mid_stream_cancels_the_run(tmp_path: Path) -> None:
     # The upstream model answers turn 0 (two tool calls), then holds turn 1 unanswered.
     with (
         OpenAIServer(TURNS, pause_once_at=1) as upstream,
-        serve_endpoint(data, upstream.base_url) as server,
+        serve_endpoint(data, upstream.base_url, "--heartbeat", "0.1") as server,
     ):
         headers = {"authorization": f"Bearer {server.key}"}
         progress: list[str] = []
+        heartbeats = 0
         async with (
             httpx.AsyncClient(timeout=None) as client,
             client.stream(
@@ -68,7 +69,8 @@ async def test_a_disconnect_mid_stream_cancels_the_run(tmp_path: Path) -> None:
                     delta = json.loads(line[6:])["choices"][0]["delta"]
                     if "reasoning_content" in delta:
                         progress.append(delta["reasoning_content"])
-                if len(progress) == 2:
+                heartbeats += line == ": keep-alive"
+                if len(progress) == 2 and heartbeats >= 2:
                     break  # leave while the run waits for its next model response
         assert await asyncio.to_thread(upstream.paused.wait, 10)
         await asyncio.to_thread(wait_for, lambda: cancelled(data, 1))
@@ -78,6 +80,7 @@ async def test_a_disconnect_mid_stream_cancels_the_run(tmp_path: Path) -> None:
     assert journal[-1]["payload"]["errorCode"] == "run.cancelled"
     assert kinds.count("tool_call_completed") == 2 and "model_response_stored" in kinds
     assert progress[1].startswith("✓ workspace_write_file")
+    assert heartbeats >= 2  # the quiet stream carried keep-alive comments
 
 
 async def test_a_disconnect_during_a_tool_call_pairs_the_pending_calls(tmp_path: Path) -> None:
