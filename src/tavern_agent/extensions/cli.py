@@ -37,7 +37,8 @@ def load_modules(modules: Iterable[str]) -> None:
     multiple=True,
     metavar="ORIGIN",
     help="Another page origin allowed to connect (its own origin always is); "
-    "its host name is accepted in Host headers too.",
+    "its host name is accepted in Host headers too. Pages of it may call the agent "
+    "endpoint (CORS).",
 )
 @click.option(
     "--pages",
