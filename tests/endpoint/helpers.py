@@ -45,11 +45,20 @@ class Served:
 
 @contextmanager
 def serve_endpoint(
-    data_dir: Path, upstream: str, *extra: str, env: dict[str, str] | None = None
+    data_dir: Path,
+    upstream: str,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    ext: str | None = None,
 ) -> Iterator[Served]:
-    """``tavern-agent serve --model local --base-url UPSTREAM`` on free ports; stopped after."""
+    """``tavern-agent serve --model local --base-url UPSTREAM`` on free ports; stopped after.
+
+    ``ext`` names a module of Python extension tools to load (``--ext``).
+    """
     api_port = free_port()
-    command = [sys.executable, "-m", "tavern_agent", "--data-dir", str(data_dir), "serve"]
+    command = [sys.executable, "-m", "tavern_agent", "--data-dir", str(data_dir)]
+    command += [] if ext is None else ["--ext", ext]
+    command += ["serve"]
     command += ["--port", str(free_port()), "--api-port", str(api_port)]
     command += ["--model", "local", "--base-url", upstream, *extra]
     process = subprocess.Popen(

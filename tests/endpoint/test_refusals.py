@@ -225,3 +225,26 @@ def test_a_request_naming_another_host_is_refused(served: tuple[Served, OpenAISe
     listed = httpx.get(f"{server.url}/models", headers=auth | {"host": "localhost:1"})
     assert listed.status_code == 200
     assert run_count(server) == before
+
+
+def test_a_request_with_only_system_messages_is_an_empty_chat(
+    served: tuple[Served, OpenAIServer],
+) -> None:
+    server, _ = served
+    body = {"messages": [{"role": "system", "content": "Greet the traveller as Seraphina."}]}
+    response = post(server, body)
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == REPLY
+
+
+def test_a_lone_surrogate_in_a_message_is_kept_as_a_replacement_character(
+    served: tuple[Served, OpenAIServer],
+) -> None:
+    server, _ = served
+    message = b'{"role": "user", "content": "half an emoji: \\ud83d", "name": "R\\udc00"}'
+    text = b'{"messages": [' + message + b"]}"
+    response = post(server, text)
+    assert response.status_code == 200, response.text
+    run_id = response.headers["x-tavern-agent-run"]
+    [chat_file] = server.data_dir.glob(f"chats/*/runs/{run_id}/input/frontend-chat.jsonl")
+    assert "half an emoji: \ufffd" in chat_file.read_text(encoding="utf-8")

@@ -28,7 +28,7 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -58,7 +58,6 @@ from tavern_agent.endpoint.protocol import (
     parse_request,
 )
 from tavern_agent.endpoint.runs import (
-    DEFAULT_PROFILE,
     AgentService,
     RunProgress,
     profile_for,
@@ -104,8 +103,7 @@ class Endpoint:
 
     service: AgentService
     settings: EndpointSettings
-    active: int = 0
-    runs: set[asyncio.Task[RunResult]] = field(default_factory=set)
+    active: int = 0  # requests admitted whose run has not ended
 
     # ------------------------------------------------------------ checks
 
@@ -421,7 +419,7 @@ def create_app(service: AgentService, settings: EndpointSettings) -> ASGIApp:
                 allow_origins=list(settings.allowed_origins),
                 allow_methods=["GET", "POST"],
                 allow_headers=["authorization", "content-type"],
-                expose_headers=["x-tavern-agent-run"],
+                expose_headers=["x-tavern-agent-run", "retry-after"],
                 max_age=600,
             ),
         ],
@@ -429,6 +427,3 @@ def create_app(service: AgentService, settings: EndpointSettings) -> ASGIApp:
     )
     app.state.endpoint = endpoint
     return CollapseSlashes(app)
-
-
-__all__ = ["DEFAULT_PROFILE", "EndpointSettings", "create_app"]

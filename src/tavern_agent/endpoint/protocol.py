@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tavern_agent.chat.formats import well_formed
 from tavern_agent.core import json_input
 
 MODEL_PREFIX = "tavern-agent/"
@@ -105,7 +106,9 @@ def _message(raw: Any, index: int) -> Message:
     name = raw.get("name")
     if name is not None and not isinstance(name, str):
         raise bad_request(f"{where}.name must be a string")
-    return Message(role, _content_text(raw.get("content"), where), name or None)
+    # A lone surrogate (an emoji cut in half by a client) cannot be written as UTF-8.
+    text = well_formed(_content_text(raw.get("content"), where))
+    return Message(role, text, well_formed(name) if name else None)
 
 
 def _optional(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:

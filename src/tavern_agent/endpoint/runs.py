@@ -63,7 +63,7 @@ def profile_for(model: str | None, data_dir: Path) -> Profile:
         )
     try:
         return resolve_profile(wanted, data_dir)
-    except ProfileError as exc:
+    except (ProfileError, OSError, ValueError) as exc:  # a saved profile that does not load
         raise RequestError(500, str(exc), kind="server_error", code="profile_invalid") from None
 
 

@@ -50,6 +50,7 @@ class EndpointOptions:
         key_env: str | None,
         origins: Sequence[str],
         max_concurrent_runs: int,
+        heartbeat: float = 10.0,
     ) -> EndpointOptions:
         if model is not None and replay is not None:
             raise click.UsageError("--model and --replay exclude each other")
@@ -72,6 +73,7 @@ class EndpointOptions:
             max_concurrent_runs=max_concurrent_runs,
             allowed_origins=tuple(origins),
             loopback_only=host in LOOPBACK_HOSTS,
+            heartbeat_seconds=heartbeat,
         )
         return cls(data_dir, gateway, record, ModelProtocol(protocol), settings, note, server)
 

@@ -37,7 +37,8 @@ def load_modules(modules: Iterable[str]) -> None:
     multiple=True,
     metavar="ORIGIN",
     help="Another page origin allowed to connect (its own origin always is); "
-    "its host name is accepted in Host headers too.",
+    "its host name is accepted in Host headers too. Pages of it may call the agent "
+    "endpoint (CORS).",
 )
 @click.option(
     "--pages",
@@ -102,6 +103,13 @@ def load_modules(modules: Iterable[str]) -> None:
     show_default=True,
     help="Endpoint runs at once; more get 503 with Retry-After.",
 )
+@click.option(
+    "--heartbeat",
+    type=click.FloatRange(min=0.05),
+    default=10.0,
+    show_default=True,
+    help="Seconds between keep-alive comments on an endpoint stream while the run is quiet.",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -118,6 +126,7 @@ def serve_command(
     host: str,
     endpoint_key_env: str | None,
     max_concurrent_runs: int,
+    heartbeat: float,
 ) -> None:
     """Run the extension host and, with --model or --replay, the agent endpoint.
 
@@ -151,6 +160,7 @@ def serve_command(
             key_env=endpoint_key_env,
             origins=origins,
             max_concurrent_runs=max_concurrent_runs,
+            heartbeat=heartbeat,
         )
 
     async def run() -> None:
