@@ -60,6 +60,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/shell.py
 	$(BIN)/python benchmarks/run_overhead.py
 	$(BIN)/python benchmarks/delegation.py
+	$(BIN)/python benchmarks/endpoint.py
 	$(BIN)/python benchmarks/engines.py
 
 clean:

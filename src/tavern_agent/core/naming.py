@@ -99,6 +99,9 @@ _patterns: dict[NameRule, re.Pattern[str]] = {}
 _bad_chars: dict[str, re.Pattern[str]] = {}
 
 
+_first_chars: dict[str, re.Pattern[str]] = {}
+
+
 def _compiled(rule: NameRule) -> re.Pattern[str]:
     pattern = _patterns.get(rule)
     if pattern is None:
@@ -155,7 +158,10 @@ def fit_name(name: str, rule: NameRule, key: str) -> str:
     A shortened name ends in ``_`` and a short hash of ``key``, so two long
     names that share a prefix stay apart.
     """
-    if not re.match(f"[{rule.first}]", name):
+    first = _first_chars.get(rule.first)
+    if first is None:
+        first = _first_chars[rule.first] = re.compile(f"[{rule.first}]")
+    if not first.match(name):
         name = "_" + name
     if len(name) > rule.max_chars:
         name = name[: rule.max_chars - _HASH_CHARS - 1] + "_" + _short_hash(key)

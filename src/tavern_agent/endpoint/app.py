@@ -64,7 +64,7 @@ from tavern_agent.endpoint.runs import (
     profile_ids,
 )
 from tavern_agent.extensions.host import LOOPBACK_HOSTS, host_name
-from tavern_agent.runtime.cli import _final_message as committed_message
+from tavern_agent.runtime.cli import committed_message
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import new_run_id
 

@@ -20,7 +20,7 @@ from tavern_agent.endpoint.runs import AgentService, profile_ids
 from tavern_agent.endpoint.server import EndpointServer
 from tavern_agent.extensions.host import LOOPBACK_HOSTS
 from tavern_agent.providers.gateway import ModelGateway
-from tavern_agent.runtime.cli import _gateway as model_gateway
+from tavern_agent.runtime.cli import model_gateway
 
 
 @dataclass

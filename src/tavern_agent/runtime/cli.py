@@ -127,7 +127,7 @@ def temporal_options(f: Any) -> Any:
     )(f)
 
 
-def _gateway(
+def model_gateway(
     model: str | None,
     replay: Path | None,
     base_url: str | None,
@@ -135,6 +135,11 @@ def _gateway(
     api_key_env: str,
     record: dict[str, Any] | None = None,
 ) -> tuple[ModelGateway, dict[str, Any]]:
+    """The model a run talks to, from the CLI's flags (``run``, ``serve``), and its record.
+
+    ``record`` is a resumed run's stored model record, used where no flag is
+    given. The second value is what ``run.json`` keeps (never a key).
+    """
     if replay is None and model is None and record:
         if record.get("kind") == "replay":
             replay = Path(record["dir"])
@@ -163,7 +168,8 @@ def _gateway(
     return HttpGateway(config), {"kind": "http", **config.to_json()}
 
 
-def _final_message(run: Run, result: RunResult) -> str | None:
+def committed_message(run: Run, result: RunResult) -> str | None:
+    """The text of the chat message the run committed, as the chat file holds it now."""
     if run.chat is None or result.floor is None:
         return None
     path = getattr(run.chat.repository, "path", None)
@@ -281,7 +287,7 @@ def run_command(
         source = chat_source(
             st_data, chat_file, character=character, group=group, world_files=worlds, seed=seed
         )
-        gateway, record = _gateway(model, replay, base_url, protocol, api_key_env)
+        gateway, record = model_gateway(model, replay, base_url, protocol, api_key_env)
         spec = RunSpec(
             profile,
             ModelProtocol(protocol),
@@ -302,7 +308,7 @@ def run_command(
                     run = Run.open(assembly, run_dir)
                 except (RunNotFound, ProfileError) as exc:
                     raise click.UsageError(str(exc)) from None
-                own, _ = _gateway(
+                own, _ = model_gateway(
                     model, replay, base_url, protocol, api_key_env, run.record.get("model")
                 )
             else:
@@ -355,7 +361,7 @@ def run_command(
     run = holder["run"]
     if "engine" in holder:
         holder["engine"].close()
-    message = _final_message(run, result)
+    message = committed_message(run, result)
     if as_json:
         out = {
             "runId": result.run_id,
