@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -102,3 +103,26 @@ def write(text: str, path: str = "output/main.md") -> tuple[str, dict[str, Any]]
 
 COMMIT = ("workspace_commit", {"reason": "the reply"})
 FINISH = ("workspace_finish", {})
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def example_run_args(tmp: Path, name: str = "chat") -> list[str]:
+    """`run` arguments replaying the shipped example on a copy of its chat, `tmp/<name>.jsonl`."""
+    chat = tmp / f"{name}.jsonl"
+    shutil.copyfile(EXAMPLES / "chat.jsonl", chat)
+    return [
+        "run",
+        str(chat),
+        "--character",
+        str(EXAMPLES / "seraphina-card.json"),
+        "--world",
+        str(EXAMPLES / "eldoria-world.json"),
+        "--profile",
+        str(EXAMPLES / "profile.json"),
+        "--replay",
+        str(EXAMPLES / "recorded-run"),
+        "--seed",
+        "7",
+    ]

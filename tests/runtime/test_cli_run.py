@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.runtime.helpers import example_run_args
 from tests.runtime.openai_server import OpenAIServer
 from tests.test_cli import run
 
@@ -18,22 +19,7 @@ REPLY = "the cold, moss-slick water climbs to your knees"
 
 
 def example_args(tmp_path: Path) -> list[str]:
-    chat = tmp_path / "chat.jsonl"
-    shutil.copyfile(EXAMPLES / "chat.jsonl", chat)
-    return [
-        "run",
-        str(chat),
-        "--character",
-        str(EXAMPLES / "seraphina-card.json"),
-        "--world",
-        str(EXAMPLES / "eldoria-world.json"),
-        "--profile",
-        str(EXAMPLES / "profile.json"),
-        "--replay",
-        str(EXAMPLES / "recorded-run"),
-        "--seed",
-        "7",
-    ]
+    return example_run_args(tmp_path)
 
 
 def test_the_example_replays_offline_and_prints_the_committed_message(tmp_path: Path) -> None:

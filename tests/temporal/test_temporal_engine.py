@@ -33,7 +33,7 @@ from tavern_agent.runtime.run import Run, RunSpec
 from tavern_agent.temporal.worker import connect
 from tavern_agent.temporal.workflow import RunWorkflow
 from tests.chat.helpers import write_chat
-from tests.runtime.helpers import WRITER_TOOLS, profile
+from tests.runtime.helpers import WRITER_TOOLS, example_run_args, profile
 from tests.runtime.openai_server import OpenAIServer
 from tests.temporal.conftest import ROOT, Workers
 
@@ -63,22 +63,7 @@ def cli(data: Path, *args: str) -> dict[str, Any]:
 
 
 def example_run(tmp: Path, name: str) -> list[str]:
-    chat = tmp / f"{name}.jsonl"
-    shutil.copyfile(EXAMPLES / "chat.jsonl", chat)
-    return [
-        "run",
-        str(chat),
-        "--character",
-        str(EXAMPLES / "seraphina-card.json"),
-        "--world",
-        str(EXAMPLES / "eldoria-world.json"),
-        "--profile",
-        str(EXAMPLES / "profile.json"),
-        "--replay",
-        str(EXAMPLES / "recorded-run"),
-        "--seed",
-        "7",
-    ]
+    return example_run_args(tmp, name)
 
 
 def test_the_recorded_run_on_temporal_matches_the_local_engine(

@@ -10,19 +10,14 @@ folder and the same journal, so ``runs show`` reads either.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any, Protocol
 
 from tavern_agent import run_layout
-from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.providers.gateway import (
-    HttpGateway,
-    ModelConfig,
     ModelError,
     ModelGateway,
     ModelReply,
     ModelRequest,
-    ReplayGateway,
 )
 from tavern_agent.runtime.agents import DELEGATE
 from tavern_agent.runtime.journal import Listener, read_events
@@ -48,15 +43,12 @@ def gateway_for(record: dict[str, Any] | None) -> ModelGateway:
     """The model gateway a run's record names (replayed responses, or an HTTP model)."""
     if record is None:
         raise ValueError("the run records no model to ask")
-    if record.get("kind") == "replay":
-        return ReplayGateway(Path(record["dir"]))
-    config = ModelConfig(
-        ModelProtocol(record["protocol"]),
-        record["model"],
-        record["baseUrl"],
-        api_key_env=record.get("apiKeyEnv"),
-    )
-    return HttpGateway(config)
+    # The same function `run --resume` uses; imported here because the CLI module
+    # imports this one.
+    from tavern_agent.runtime.cli import model_gateway
+
+    gateway, _ = model_gateway(None, None, None, str(record.get("protocol", "")), "", record)
+    return gateway
 
 
 class NoModel:
