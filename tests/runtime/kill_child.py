@@ -53,7 +53,9 @@ def gateway(delay: float = 0.0) -> ScriptedGateway:
 def main(data_dir: str, chat: str, run_id: str) -> None:
     spec = RunSpec(profile(), chat_file=Path(chat), seed=3)
     run = Run.start(Assembly(Path(data_dir)), spec, run_id)
-    engine = Engine(run, gateway(delay=0.01), fsync=False)  # SIGKILL keeps the page cache
+    # SIGKILL keeps the page cache, so no fsync; the model's delay leaves the
+    # harness time to land its kills mid-run (the loop itself is fast).
+    engine = Engine(run, gateway(delay=0.05), fsync=False)
     asyncio.run(engine.start())
 
 

@@ -9,6 +9,7 @@ copied: tools read the chat file, limited to the first N floors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
@@ -273,6 +274,18 @@ class ChatRun:
     def index_in_background(self) -> None:
         """Start reading the chat and building (or loading) its index on a worker thread."""
         self._index_job()
+
+    def settle(self) -> None:
+        """Wait for a background index build to end (the run is over).
+
+        Its thread is a daemon; a process that exits while it writes the saved
+        index would leave a temporary file behind in the chat's mount.
+        """
+        with self._lock:
+            job = self._job
+        if job is not None:
+            with contextlib.suppress(Exception):  # a failed build only means no saved index
+                job[1].result()
 
     def index(self) -> ChatIndex:
         """The search index of the chat now, waiting for a build under way."""

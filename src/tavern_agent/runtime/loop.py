@@ -321,6 +321,8 @@ class Engine:
             return self._storage_failed(exc)
 
     def close(self) -> None:
+        if self.run.chat is not None:
+            self.run.chat.settle()
         self.journal.close()
 
     # ------------------------------------------------------------ the loop
