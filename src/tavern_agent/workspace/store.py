@@ -31,7 +31,8 @@ from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import ToolFailure
 from tavern_agent.fsutil import atomic_write, is_tmp_name
 from tavern_agent.tools.texts import without_host_paths
-from tavern_agent.workspace import paths
+from tavern_agent.workspace import floors, paths
+from tavern_agent.workspace.floors import FloorFiles
 from tavern_agent.workspace.roots import CHAT_MOUNT, INTERNAL, RootPolicy
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -59,9 +60,9 @@ class Workspace:
 
     ``skills_dir`` backs the read-only ``skills/`` root; ``visible_skills``
     (``None`` = all) filters which skill folders appear there.
-    ``chat_floors_dir`` backs ``chat/floors/`` (the chat workspace's shared
-    copy, see :mod:`tavern_agent.chat.mount`); only floors below
-    ``chat_floor_count`` (the run's frozen input) are visible.
+    ``chat_floors`` backs ``chat/floors/``, served from memory (see
+    :mod:`tavern_agent.workspace.floors`); only floors below its
+    ``floor_count`` (the run's frozen input) are visible.
     """
 
     def __init__(
@@ -71,19 +72,26 @@ class Workspace:
         *,
         skills_dir: Path | None = None,
         visible_skills: frozenset[str] | None = None,
-        chat_floors_dir: Path | None = None,
-        chat_floor_count: int = 0,
+        chat_floors: FloorFiles | None = None,
     ) -> None:
         self.root = root
         self.policy = policy
         self.skills_dir = skills_dir
         self.visible_skills = visible_skills
-        self.chat_floors_dir = chat_floors_dir
-        self.chat_floor_count = chat_floor_count
+        self.chat_floors = chat_floors
         root.mkdir(parents=True, exist_ok=True)
         key = os.path.realpath(root)
         with _LOCKS_GUARD:
             self._thread_lock = _LOCKS.setdefault(key, threading.Lock())
+
+    @property
+    def chat_floor_count(self) -> int:
+        """How many chat floors the run sees (0 without a chat)."""
+        return 0 if self.chat_floors is None else self.chat_floors.floor_count
+
+    def _floors(self, path: str) -> FloorFiles | None:
+        """The floor source when ``path`` is at or below ``chat/floors`` (served from memory)."""
+        return self.chat_floors if floors.is_floor_path(path) else None
 
     @classmethod
     def for_scene(cls, root: Path, scene: Scene) -> Workspace:
@@ -157,15 +165,12 @@ class Workspace:
 
     # ------------------------------------------------------------ descriptors
 
-    def _redirected(self, path: str) -> bool:
-        return self.chat_floors_dir is not None and path == f"{CHAT_MOUNT}/floors"
-
     def _base(self, path: str) -> tuple[Path, list[str]]:
         parts = path.split("/") if path else []
         if parts and parts[0] == "skills" and self.skills_dir is not None:
             return self.skills_dir, parts[1:]
-        if parts[:2] == [CHAT_MOUNT, "floors"] and self.chat_floors_dir is not None:
-            return self.chat_floors_dir, parts[2:]
+        if self._floors(path) is not None:  # never on disk: no writer may get here
+            raise PermissionError(f"{path} is read-only")
         return self.root, parts
 
     def _link_error(self, dir_fd: int, name: str, shown: str) -> Exception:
@@ -224,6 +229,8 @@ class Workspace:
         """``"file"``, ``"dir"`` or ``None`` for a checked path (links refused)."""
         if path == "":
             return "dir"
+        if (source := self._floors(path)) is not None:
+            return floors.kind(source, path)
         _, parts = self._base(path)
         if not parts:  # the skills root: always there, empty without a library
             return "dir"
@@ -239,12 +246,21 @@ class Workspace:
 
     def read_bytes(self, path: str) -> bytes:
         """The whole file; ``FileNotFoundError`` / ``IsADirectoryError`` as usual."""
+        if (source := self._floors(path)) is not None:
+            return floors.read(source, path)
         with self.open_file(path) as fd, os.fdopen(fd, "rb", closefd=False) as handle:
             return handle.read()
 
     @contextlib.contextmanager
     def open_file(self, path: str) -> Iterator[int]:
         """A read-only descriptor of the file (closed on exit); errors as :meth:`read_bytes`."""
+        if (source := self._floors(path)) is not None:
+            fd = floors.memory_fd(floors.read(source, path))
+            try:
+                yield fd
+            finally:
+                os.close(fd)
+            return
         folders, name = self._split(path)
         with self._dir(path, folders) as dfd:
             try:
@@ -269,6 +285,9 @@ class Workspace:
                     if max_depth > 1:
                         yield from self.walk(root, max_depth - 1)
             return
+        if (source := self._floors(path)) is not None:
+            yield from self._walk_floors(source, path, max_depth)
+            return
         base, parts = self._base(path)
         if not parts and not base.is_dir():
             return  # no skills library
@@ -288,6 +307,15 @@ class Workspace:
             elif stat.S_ISREG(st.st_mode):
                 yield Entry(child, "file", st.st_size)
 
+    def _walk_floors(self, source: FloorFiles, path: str, max_depth: int) -> Iterator[Entry]:
+        for child, data in floors.entries(source, path):
+            if data is not None:
+                yield Entry(child, "file", len(data))
+                continue
+            yield Entry(child, "dir", 0)
+            if max_depth > 1:
+                yield from self._walk_floors(source, child, max_depth - 1)
+
     def read_tree(
         self, path: str, max_depth: int, max_bytes: int, skip: Callable[[str], bool]
     ) -> Iterator[tuple[str, bytes]]:
@@ -301,11 +329,31 @@ class Workspace:
                 if not skip(root) and self.kind_or_none(root) == "dir":
                     yield from self.read_tree(root, max_depth - 1, max_bytes, skip)
             return
+        if (source := self._floors(path)) is not None:
+            yield from self._read_floors(source, path, max_depth, max_bytes, skip)
+            return
         base, parts = self._base(path)
         if not parts and not base.is_dir():
             return
         with self._dir(path, parts) as fd:
             yield from self._read_tree_fd(fd, path, max_depth, max_bytes, skip)
+
+    def _read_floors(
+        self,
+        source: FloorFiles,
+        path: str,
+        depth: int,
+        max_bytes: int,
+        skip: Callable[[str], bool],
+    ) -> Iterator[tuple[str, bytes]]:
+        for child, data in floors.entries(source, path):
+            if skip(child):
+                continue
+            if data is None:
+                if depth > 1:
+                    yield from self._read_floors(source, child, depth - 1, max_bytes, skip)
+            elif len(data) <= max_bytes:
+                yield child, data
 
     def _read_tree_fd(
         self, fd: int, path: str, depth: int, max_bytes: int, skip: Callable[[str], bool]
@@ -316,7 +364,7 @@ class Workspace:
             child = f"{path}/{entry.name}"
             if skip(child) or self._hidden(child):
                 continue
-            if entry.is_dir(follow_symlinks=False) and self._redirected(child):
+            if entry.is_dir(follow_symlinks=False) and self._floors(child) is not None:
                 if depth > 1:
                     yield from self.read_tree(child, depth - 1, max_bytes, skip)
             elif entry.is_dir(follow_symlinks=False):
