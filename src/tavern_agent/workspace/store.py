@@ -316,67 +316,83 @@ class Workspace:
             if max_depth > 1:
                 yield from self._walk_floors(source, child, max_depth - 1)
 
-    def read_tree(
-        self, path: str, max_depth: int, max_bytes: int, skip: Callable[[str], bool]
-    ) -> Iterator[tuple[str, bytes]]:
-        """``(path, bytes)`` of every regular file below a folder, sorted, links skipped.
+    def file_runs(
+        self, path: str, max_depth: int, skip: Callable[[str], bool]
+    ) -> Iterator[tuple[str, list[str]]]:
+        """The regular files below a folder as ``(folder, names)`` runs, sorted, links skipped.
 
-        Reads each file through its folder's descriptor, which keeps a search
-        over thousands of files from re-walking every path from the root.
+        Files come in the order of :meth:`walk`; each run is consecutive files of
+        one folder, to be read with :meth:`read_files`. Nothing is read here, so
+        a search can hand runs to more than one reader.
         """
         if path == "":
             for root in self.policy.visible:
                 if not skip(root) and self.kind_or_none(root) == "dir":
-                    yield from self.read_tree(root, max_depth - 1, max_bytes, skip)
+                    yield from self.file_runs(root, max_depth - 1, skip)
             return
         if (source := self._floors(path)) is not None:
-            yield from self._read_floors(source, path, max_depth, max_bytes, skip)
+            yield from self._floor_runs(source, path, max_depth, skip)
             return
         base, parts = self._base(path)
         if not parts and not base.is_dir():
             return
-        with self._dir(path, parts) as fd:
-            yield from self._read_tree_fd(fd, path, max_depth, max_bytes, skip)
-
-    def _read_floors(
-        self,
-        source: FloorFiles,
-        path: str,
-        depth: int,
-        max_bytes: int,
-        skip: Callable[[str], bool],
-    ) -> Iterator[tuple[str, bytes]]:
-        for child, data in floors.entries(source, path):
-            if skip(child):
-                continue
-            if data is None:
-                if depth > 1:
-                    yield from self._read_floors(source, child, depth - 1, max_bytes, skip)
-            elif len(data) <= max_bytes:
-                yield child, data
-
-    def _read_tree_fd(
-        self, fd: int, path: str, depth: int, max_bytes: int, skip: Callable[[str], bool]
-    ) -> Iterator[tuple[str, bytes]]:
-        with os.scandir(fd) as scan:
+        with self._dir(path, parts) as fd, os.scandir(fd) as scan:
             entries = sorted(scan, key=lambda e: e.name)
+        run: list[str] = []
         for entry in entries:
             child = f"{path}/{entry.name}"
             if skip(child) or self._hidden(child):
                 continue
-            if entry.is_dir(follow_symlinks=False) and self._floors(child) is not None:
-                if depth > 1:
-                    yield from self.read_tree(child, depth - 1, max_bytes, skip)
-            elif entry.is_dir(follow_symlinks=False):
-                if depth > 1:
-                    sub = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
-                    try:
-                        yield from self._read_tree_fd(sub, child, depth - 1, max_bytes, skip)
-                    finally:
-                        os.close(sub)
+            if entry.is_dir(follow_symlinks=False):
+                if max_depth > 1:
+                    if run:
+                        yield path, run
+                        run = []
+                    yield from self.file_runs(child, max_depth - 1, skip)
             elif entry.is_file(follow_symlinks=False) and not is_tmp_name(entry.name):
+                run.append(entry.name)
+        if run:
+            yield path, run
+
+    def _floor_runs(
+        self, source: FloorFiles, path: str, depth: int, skip: Callable[[str], bool]
+    ) -> Iterator[tuple[str, list[str]]]:
+        run: list[str] = []
+        for child, data in floors.entries(source, path):
+            if skip(child):
+                continue
+            if data is not None:
+                run.append(posixpath.basename(child))
+            elif depth > 1:
+                yield from self._floor_runs(source, child, depth - 1, skip)
+        if run:
+            yield path, run
+
+    def read_files(
+        self, folder: str, names: list[str], max_bytes: int
+    ) -> Iterator[tuple[str, bytes]]:
+        """``(path, bytes)`` of files named in one folder, read through its descriptor.
+
+        A file larger than ``max_bytes``, or one that vanished or became a link
+        since it was listed, is left out; so is the whole folder if it did.
+        """
+        if (source := self._floors(folder)) is not None:
+            for name in names:
                 try:
-                    ffd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                    blob = floors.read(source, f"{folder}/{name}")
+                except OSError:
+                    continue  # the chat lost the floor since it was listed
+                if len(blob) <= max_bytes:
+                    yield f"{folder}/{name}", blob
+            return
+        with contextlib.ExitStack() as stack:
+            try:
+                fd = stack.enter_context(self._dir(folder, self._base(folder)[1]))
+            except (OSError, WorkspaceEscape, ToolFailure):
+                return  # swapped for a link or removed since it was listed: nothing read
+            for name in names:
+                try:
+                    ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
                 except OSError:
                     continue  # vanished or swapped for a link since the scan
                 try:
@@ -384,7 +400,7 @@ class Workspace:
                 finally:
                     os.close(ffd)
                 if data is not None:
-                    yield child, data
+                    yield f"{folder}/{name}", data
 
     def kind_or_none(self, path: str) -> str | None:
         """Like :meth:`kind`, but a link is simply absent."""
