@@ -20,6 +20,7 @@ parent. It exits when the parent closes its stdin or dies.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import pickle
@@ -166,6 +167,14 @@ def helper(*, start: bool = False) -> Helper | None:
             except OSError:
                 return None
         return _HELPER
+
+
+@atexit.register
+def _stop() -> None:
+    """End the worker with the process (it would also end on its own at stdin's end)."""
+    with _GUARD:
+        if _HELPER is not None:
+            _HELPER.close()
 
 
 def result(future: Future[T], fallback: Callable[[], T]) -> T:
