@@ -3,19 +3,19 @@
 RE2's Python binding holds the GIL while it scans, and reading files costs
 about as much as scanning them; a second thread only adds GIL hand-offs. A
 second *process* reads and scans in parallel: the search hands it runs of
-files (a folder and file names) while it keeps up, at most two at a time, and
-does the others itself, so neither side waits for the other until the end.
+files (a folder and file names) while it keeps up, at most three at a time,
+and does the others itself, so neither side waits for the other until the end.
 
 The worker opens files through the same :class:`Workspace` code (folder by
 folder from the root, no link followed, nothing outside the root), with the
 same root policy; it gets only folders on disk (``chat/floors/`` lives in the
 parent's memory). It runs the same RE2 pattern, so the linear-time guarantee
-holds there too. It is a plain ``python -m`` child talking length-prefixed pickles over its
-stdin and stdout (``multiprocessing``'s ``spawn`` would re-run the parent's
-main script, and ``fork`` would copy the parent's threads' locks). It is
-started by the first search of more than one run of files, and used once it
-is up; a worker that fails is replaced, and its runs are searched in the
-parent. It exits when the parent closes its stdin or dies.
+holds there too. It is a plain ``python -m`` child talking length-prefixed
+pickles over its stdin and stdout (``multiprocessing``'s ``spawn`` would
+re-run the parent's main script, and ``fork`` would copy the parent's
+threads' locks). It is started by the first search of more than one run of
+files and used once it is up; a worker that fails is replaced, and its runs
+are searched in the parent. It exits when the parent closes its stdin or dies.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from tavern_agent.workspace.roots import RootPolicy
 from tavern_agent.workspace.store import Workspace
 
 T = TypeVar("T")
-IN_FLIGHT = 2  # one run scanning, one waiting: the worker never idles between runs
+IN_FLIGHT = 3  # runs queued for the worker: it never idles while the parent is busy
 Spec = tuple[str, RootPolicy, str | None, frozenset[str] | None]
 _READY = -1  # the job id of the worker's first frame: it has started
 
