@@ -9,6 +9,11 @@
   call waits for most of the build), in a later run (saved index), and in a run
   after 1,000 floors were appended (saved index updated). Load and index build
   are also shown alone, and each run start's time;
+* **time to the first model request** of the first run ever on the chat, with
+  a scripted model, side by side: as the run start did before (it also wrote
+  the floor mount, two files per floor) and as it does now (``chat/floors/``
+  served from memory); then the first ``workspace_shell`` call of the new run,
+  which now syncs the shell's floor copy;
 * **warm search**: the median of 30 further, different queries;
 * **read_messages**: the median of 30 calls reading 5 floors each;
 * **activation**: a 5,000-entry lorebook (2-3 keys per entry, some whole-word,
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import tempfile
@@ -36,10 +42,15 @@ from tavern_agent.assembly import Assembly, ChatSource
 from tavern_agent.chat.activation import ScanMessage, activate
 from tavern_agent.chat.formats import ChatFile, new_message, parse_world
 from tavern_agent.chat.index_store import load_or_build
+from tavern_agent.chat.mount import sync_floors
 from tavern_agent.chat.repository import FileChatRepository
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.providers.gateway import ModelRequest
+from tavern_agent.runtime.loop import Engine
+from tavern_agent.runtime.run import Run, RunSpec
+from tavern_agent.runtime.scripted import ScriptedGateway, Turn, say
 from tavern_agent.tools.gate import ToolRequestGate
 
 CJK = "森林神殿龙宝藏古老旅人酒馆雨夜剑魔法城堡河流山脉商人歌声灯笼马车村庄月光"
@@ -117,13 +128,80 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:,.1f} ms"
 
 
-async def main(floors: int) -> None:
+def entries_below(folder: Path) -> int:
+    return sum(len(dirs) + len(files) for _, dirs, files in os.walk(folder))
+
+
+async def first_request(path: Path, data_dir: Path, *, mount_floors: bool) -> tuple[float, int]:
+    """Seconds from ``Run.start`` to the model's first request, and files then in the data root.
+
+    ``mount_floors`` also writes the floor mount before the first request, as
+    the run start did before ``chat/floors/`` was served from memory.
+    """
+    assembly = Assembly(data_dir)
+    profile = assembly.everything(Scene.CHAT)
+    seen: list[tuple[float, int]] = []
+
+    def first(request: ModelRequest) -> Turn:
+        seen.append((time.perf_counter(), entries_below(data_dir)))
+        return say("done")
+
+    start = time.perf_counter()
+    run = Run.start(assembly, RunSpec(profile, chat_file=path, seed=1))
+    if mount_floors and run.chat is not None:
+        sync_floors(run.chat.chat(), assembly.data.chat_mount_dir(run.chat.input.stable_chat_id))
+    engine = Engine(run, ScriptedGateway([first]), fsync=False)
+    try:
+        await engine.start()
+    finally:
+        engine.close()
+    return seen[0][0] - start, seen[0][1]
+
+
+async def first_shell_call(path: Path, data_dir: Path) -> float:
+    """The first ``workspace_shell`` call of a new run on a chat whose floors were never copied."""
+    assembly = Assembly(data_dir)
+    profile = assembly.everything(Scene.CHAT)
+    snap = assembly.snapshot(profile, Scene.CHAT, ModelProtocol.OPENAI_CHAT, "bench_shell")
+    chat_run, _, root = assembly.chat_run(
+        ChatSource(path), data_dir / "shell_run", run_id="shell_run", profile_id=profile.id
+    )
+    ws = assembly.workspace(root, Scene.CHAT, profile, chat_run)
+    gate = assembly.gate(snap, run_id="shell_run", workspace=ws, chat=chat_run)
+    start = time.perf_counter()
+    result = await gate.handle(
+        ToolCall("s1", "workspace_shell", {"command": "ls /chat/floors | wc -l"})
+    )
+    took = time.perf_counter() - start
+    assert not result.result.is_error, result.result.content
+    chat_run.settle()
+    return took
+
+
+async def run_start_side_by_side(path: Path, tmp: Path, floors: int) -> None:
+    before, before_files = await first_request(path, tmp / "data_before", mount_floors=True)
+    after, after_files = await first_request(path, tmp / "data_after", mount_floors=False)
+    shell = await first_shell_call(path, tmp / "data_shell")
+    print(f"time to the first model request, first run ever on the {floors:,}-floor chat:")
+    print(
+        f"  before (run start also wrote the floor mount): {ms(before):>12}  {before_files:,} files"
+    )
+    print(
+        f"  now (chat/floors/ served from memory):         {ms(after):>12}  {after_files:,} files"
+    )
+    print(f"  first workspace_shell call of a new run (syncs the shell's floor copy): {ms(shell)}")
+
+
+async def main(floors: int, only_start: bool) -> None:
     rng = random.Random(42)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big.jsonl"
         write_chat(path, floors, rng)
         size = path.stat().st_size
         print(f"chat: {floors:,} floors, {size / 1e6:,.1f} MB")
+        await run_start_side_by_side(path, Path(tmp), floors)
+        if only_start:
+            return
         repo = FileChatRepository(path)
         t0 = time.perf_counter()
         chat = repo.load()
@@ -225,4 +303,8 @@ async def main(floors: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--floors", type=int, default=100_000)
-    asyncio.run(main(parser.parse_args().floors))
+    parser.add_argument(
+        "--only-start", action="store_true", help="only the run start and first shell call"
+    )
+    args = parser.parse_args()
+    asyncio.run(main(args.floors, args.only_start))

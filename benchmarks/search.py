@@ -3,7 +3,8 @@
 Generates a workspace of 10,000 files / about 200 MB under scratch/, then times
 one search through the real tool (gate, RE2 over each file's bytes, result
 text) beside `rg -n` and `grep -rn` on the same folder, same pattern, in the
-same run. Also times a read_file preview of a 50 MB file.
+same run, and the same tool kept to one process (no search worker) beside it.
+Also times a read_file preview of a 50 MB file.
 
 Run: .venv/bin/python benchmarks/search.py [--files N] [--mb M] [--repeat R]
 """
@@ -25,6 +26,7 @@ from tavern_agent.assembly import Assembly
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.tools.builtin import search_worker
 from tavern_agent.tools.gate import ToolRequestGate
 
 WORDS = [
@@ -118,8 +120,14 @@ def main() -> None:
             generate(tmp, args.files, args.mb)
         gate = make_gate(tmp)
         folder = str(tmp / "scratch")
+        helper = search_worker.helper(start=True)  # started by a first large search, as in a run
+        if helper is not None:
+            helper.wait_ready()
         print(f"\nsearch over {args.files:,} files / {args.mb} MB (median of {args.repeat}, ms)")
-        print(f"{'pattern':<14}{'ours':>8}{'hits':>6}{'rg':>8}{'grep -rn':>10}{'ours/rg':>9}")
+        print(
+            f"{'pattern':<14}{'ours':>8}{'1 proc':>8}{'hits':>6}{'rg':>8}{'grep -rn':>10}"
+            f"{'ours/rg':>9}"
+        )
         met = True
         for label, pattern, flags in PATTERNS:
             plain = pattern.removeprefix("(?i)")
@@ -130,8 +138,16 @@ def main() -> None:
                 )
                 return asyncio.run(gate.handle(call)).result.content
 
+            def alone(pattern: str = pattern) -> str:
+                saved = search_worker.helper
+                search_worker.helper = lambda start=False: None  # type: ignore[assignment]
+                try:
+                    return ours(pattern)
+                finally:
+                    search_worker.helper = saved
+
             hits = ours().count("\n")
-            runners: dict[str, Callable[[], object]] = {"ours": ours}
+            runners: dict[str, Callable[[], object]] = {"ours": ours, "alone": alone}
             for name, tool, argv in [
                 ("rg", rg, ["-n", "--no-heading", *flags, plain, folder]),
                 ("grep", grep, ["-rn", *flags, plain, folder]),
@@ -145,7 +161,7 @@ def main() -> None:
             ratio = got["ours"] / rg_ms if rg_ms else None
             met = met and ratio is not None and ratio <= 1.0
             print(
-                f"{label:<14}{got['ours']:>8.0f}{hits:>6}"
+                f"{label:<14}{got['ours']:>8.0f}{got['alone']:>8.0f}{hits:>6}"
                 f"{'n/a' if rg_ms is None else f'{rg_ms:.0f}':>8}"
                 f"{'n/a' if grep_ms is None else f'{grep_ms:.0f}':>10}"
                 f"{'n/a' if ratio is None else f'{ratio:.2f}':>9}"

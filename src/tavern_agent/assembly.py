@@ -36,7 +36,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from tavern_agent.chat.formats import CharacterCard, ChatFile, WorldBook
-from tavern_agent.chat.mount import prepare_run_mount, sync_floors
+from tavern_agent.chat.mount import prepare_run_mount
 from tavern_agent.chat.repository import FileChatRepository
 from tavern_agent.chat.run_input import ChatRun, file_stamp, freeze, scan_context
 from tavern_agent.core.descriptors import Scene
@@ -261,9 +261,7 @@ class Assembly:
     ) -> Workspace:
         """A workspace folder as ``profile`` sees it; with ``chat``, its chat mount too."""
         ws = self.data.workspace_at(root, scene, profile, chat=chat is not None)
-        if chat is not None:
-            ws.chat_floors_dir = self.data.chat_mount_dir(chat.input.stable_chat_id) / "floors"
-            ws.chat_floor_count = chat.floor_count
+        ws.chat_floors = chat  # chat/floors/ served from the chat run, from memory
         return ws
 
     def chat_run(
@@ -278,12 +276,13 @@ class Assembly:
 
         ``run_root`` may be a function of the chat's stable id (a run's folder
         lives under its chat's workspace). Loads the chat, activates world
-        info, brings the chat workspace's shared floor mount up to date (its
-        saved search index is reused), and writes the frozen input into the
-        run root. The search index is then loaded or built on a worker thread,
-        so it is ready, or well on its way, when the first ``chat_search``
-        comes. Raises ``ChatFormatError`` / ``OSError`` for a chat that cannot
-        be read. Returns the chat run, the chat and the run root.
+        info, and writes the frozen input and ``chat/chat.json`` into the run
+        root. No floor files are written: the file tools serve ``chat/floors/``
+        from memory, and the shell's copy is synced at its first call. The
+        search index is then loaded or built on a worker thread, so it is
+        ready, or well on its way, when the first ``chat_search`` comes.
+        Raises ``ChatFormatError`` / ``OSError`` for a chat that cannot be read.
+        Returns the chat run, the chat and the run root.
         """
         repo = FileChatRepository(source.chat_file)
         stamp = file_stamp(source.chat_file)
@@ -319,9 +318,7 @@ class Assembly:
         mount = self.data.chat_mount_dir(stable)
         chat_run = ChatRun(repo, run_input, run_id=run_id, profile_id=profile_id, index_dir=mount)
         chat_run.prime(chat, stamp)  # no second read of the chat at the first chat tool call
-        # Started before the floor sync, whose file writes leave the worker the CPU.
         chat_run.index_in_background()
-        sync_floors(chat, mount)
         prepare_run_mount(run_root, run_input)
         run_input.save(run_root)
         return chat_run, chat, run_root

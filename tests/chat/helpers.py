@@ -10,7 +10,7 @@ from typing import Any
 
 from tavern_agent.assembly import Assembly
 from tavern_agent.chat.formats import WorldBook, parse_world
-from tavern_agent.chat.mount import prepare_run_mount, sync_floors
+from tavern_agent.chat.mount import prepare_run_mount
 from tavern_agent.chat.repository import FileChatRepository
 from tavern_agent.chat.run_input import ChatRun, freeze
 from tavern_agent.core.calls import ToolCall
@@ -144,13 +144,7 @@ class ChatAgent:
             precomputed=precomputed,
         )
         data = DataRoot(data_dir)
-        self.workspace = data.chat_run(
-            stable, run_id, profile, chat_floor_count=self.input.floor_count
-        )
         self.mount = data.chat_mount_dir(stable)
-        sync_floors(chat, self.mount)
-        prepare_run_mount(self.workspace.root, self.input)
-        self.input.save(self.workspace.root)
         self.chat = ChatRun(
             self.repo,
             self.input,
@@ -159,6 +153,10 @@ class ChatAgent:
             allow_commit=allow_commit,
             index_dir=self.mount,
         )
+        root = data.chat_run(stable, run_id, profile).root
+        self.workspace = assembly.workspace(root, scene, profile, self.chat)
+        prepare_run_mount(self.workspace.root, self.input)
+        self.input.save(self.workspace.root)
         self.gate = assembly.gate(
             snap, rng=random.Random(0), workspace=self.workspace, chat=self.chat
         )

@@ -6,13 +6,19 @@
     chat/floors/NNNNNN/message.md   the raw ``mes`` (no macros, no regex)
     chat/floors/NNNNNN/meta.json    {index, name, role, hidden, send_date, swipe_id, swipe_count}
 
-The floors are one shared copy per chat workspace
-(``<data-root>/chats/<id>/mount/floors``), updated incrementally: a floor is
-rewritten only when its line changed, floors past the end are removed. Each
-run's ``Workspace`` shows only floors before its frozen count, and its own
-``chat/chat.json`` (in the run folder) says what that count is. The copy is
-derived data: files are renamed into place but not fsynced, and a lost
-``state.json`` makes the next sync rewrite everything.
+``chat/chat.json`` is written into each run's folder when the run starts.
+The file tools see the floors from memory (:func:`floor_files`, see
+:mod:`tavern_agent.workspace.floors`); nothing is written for them, so a run
+on a chat of any length starts without creating a file per floor.
+
+The shell can only mount host folders, so the first shell call of a run
+brings a shared copy up to date (:func:`sync_floors`):
+``<data-root>/chats/<id>/mount/floors``, one per chat workspace, updated
+incrementally: a floor is rewritten only when its line changed, floors past
+the end are removed. The copy is derived data: files are renamed into place
+but not fsynced, and a lost ``state.json`` makes the next sync rewrite
+everything. Each run's view shows only floors before its frozen count, and
+its own ``chat/chat.json`` says what that count is.
 """
 
 from __future__ import annotations
@@ -23,20 +29,19 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tavern_agent.chat.formats import ChatFile, ChatMessage
-from tavern_agent.chat.run_input import ChatRunInput
 from tavern_agent.fsutil import atomic_write
+from tavern_agent.workspace.floors import floor_name
+
+if TYPE_CHECKING:
+    from tavern_agent.chat.run_input import ChatRunInput
 
 ROOT = "chat"
 STATE = "state.json"
-
-
-def floor_name(index: int) -> str:
-    return f"{index:06d}"
 
 
 def floor_path(index: int) -> str:
@@ -52,6 +57,15 @@ def meta(index: int, message: ChatMessage) -> dict[str, Any]:
         "send_date": message.raw.get("send_date"),
         "swipe_id": message.swipe_id,
         "swipe_count": message.swipe_count,
+    }
+
+
+def floor_files(index: int, message: ChatMessage) -> dict[str, bytes]:
+    """A floor's files by name, as the file tools and the shell's copy show them."""
+    body = json.dumps(meta(index, message), ensure_ascii=False, indent=1)
+    return {
+        "message.md": message.mes.encode("utf-8", "surrogatepass"),
+        "meta.json": body.encode("utf-8", "surrogatepass"),
     }
 
 
@@ -79,8 +93,13 @@ def _put(path: Path, data: bytes) -> None:
     atomic_write(path, data, durable=False)
 
 
-def sync_floors(chat: ChatFile, mount_dir: Path) -> int:
-    """Bring ``mount_dir/floors`` up to date with ``chat``; returns floors rewritten."""
+def sync_floors(
+    chat: ChatFile, mount_dir: Path, on_floor: Callable[[int], None] | None = None
+) -> int:
+    """Bring ``mount_dir/floors`` up to date with ``chat``; returns floors rewritten.
+
+    ``on_floor(n)`` is told every 1,000 floors how many were checked (for a progress bar).
+    """
     floors = mount_dir / "floors"
     floors.mkdir(parents=True, exist_ok=True)
     with _lock(mount_dir):
@@ -92,15 +111,16 @@ def sync_floors(chat: ChatFile, mount_dir: Path) -> int:
         new: list[str] = []
         written = 0
         for index, message in enumerate(chat.messages):
+            if on_floor is not None and index % 1000 == 0:
+                on_floor(index)
             digest = hashlib.sha1(message.encoded()).hexdigest()
             new.append(digest)
             if index < len(old) and old[index] == digest:
                 continue
             folder = floors / floor_name(index)
             folder.mkdir(exist_ok=True)
-            _put(folder / "message.md", message.mes.encode("utf-8", "surrogatepass"))
-            body = json.dumps(meta(index, message), ensure_ascii=False, indent=1)
-            _put(folder / "meta.json", body.encode("utf-8"))
+            for name, data in floor_files(index, message).items():
+                _put(folder / name, data)
             written += 1
         for index in range(len(chat.messages), max(len(old), _highest(floors) + 1)):
             shutil.rmtree(floors / floor_name(index), ignore_errors=True)

@@ -1,4 +1,4 @@
-"""How far a chat search index build is, and the CLI's progress bar for it.
+"""How far a chat search index build (or a floor copy) is, and the CLI's progress bar for it.
 
 A build runs on a worker thread and counts what it did in a
 :class:`BuildProgress`. A tool call that needs the index waits through
@@ -26,11 +26,15 @@ _POLL_SECONDS = 0.1
 
 @dataclass(slots=True)
 class BuildProgress:
-    """What a build is doing (``step``) and how many of ``total`` floors it has done."""
+    """What a build is doing (``step``) and how many of ``total`` floors it has done.
+
+    ``tool`` names the tool call that waits for it in the progress bar.
+    """
 
     step: str = "reading the chat"
     done: int = 0
     total: int = 0
+    tool: str = "chat_search"
 
 
 _display: Console | None = None
@@ -73,7 +77,7 @@ def wait(future: Future[T], progress: BuildProgress) -> T:
     except TimeoutError:
         pass
     columns = (
-        TextColumn("chat_search: {task.description}"),
+        TextColumn(f"{progress.tool}: {{task.description}}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("floors"),

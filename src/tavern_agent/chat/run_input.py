@@ -27,9 +27,10 @@ from tavern_agent.chat.activation import (
     ScanMessage,
     activate,
 )
-from tavern_agent.chat.formats import CharacterCard, ChatFile, WorldBook
+from tavern_agent.chat.formats import CharacterCard, ChatFile, ChatFormatError, WorldBook
 from tavern_agent.chat.index_store import Prepared, load_or_build, read_chat
 from tavern_agent.chat.macros import MacroValues
+from tavern_agent.chat.mount import floor_files, sync_floors
 from tavern_agent.chat.progress import BuildProgress, in_background, wait
 from tavern_agent.chat.repository import (
     ChatCommit,
@@ -241,6 +242,8 @@ class ChatRun:
     _cache: tuple[Any, ChatFile, Prepared | None] | None = field(default=None, repr=False)
     _job: tuple[Any, Future[ChatIndex], BuildProgress] | None = field(default=None, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    _on_disk: tuple[Any, Path | None] | None = field(default=None, repr=False)
+    _disk_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def _stamp(self) -> Any:
         path = getattr(self.repository, "path", None)
@@ -314,6 +317,51 @@ class ChatRun:
     @property
     def floor_count(self) -> int:
         return self.input.floor_count
+
+    def floor_files(self, index: int) -> dict[str, bytes] | None:
+        """``chat/floors/NNNNNN/``'s files, from the chat file now (as ``chat_read_messages``).
+
+        ``None`` when the chat no longer has the floor or cannot be read now.
+        """
+        try:
+            messages = self.chat().messages
+        except (OSError, ChatFormatError):
+            return None
+        return floor_files(index, messages[index]) if index < len(messages) else None
+
+    def floors_on_disk(self) -> Path | None:
+        """The chat workspace's floor copy for the shell, brought up to date with the chat now.
+
+        The first call of a run (and the first after the chat file changed)
+        syncs the copy (:func:`tavern_agent.chat.mount.sync_floors`): on a new
+        chat of many floors that writes two files per floor, with a progress
+        bar in the CLI. ``None`` without a mount folder or when that fails.
+        """
+        if self.index_dir is None:
+            return None
+        stamp = self._stamp()
+        with self._disk_lock:
+            if self._on_disk is None or stamp is None or self._on_disk[0] != stamp:
+                self._on_disk = (stamp, self._sync_disk(self.index_dir))
+            return self._on_disk[1]
+
+    def _sync_disk(self, mount_dir: Path) -> Path | None:
+        try:
+            chat = self.chat()
+        except (OSError, ChatFormatError):
+            return None
+        progress = BuildProgress(
+            tool="workspace_shell", step="copying the chat floors", total=len(chat.messages)
+        )
+
+        def sync() -> None:
+            sync_floors(chat, mount_dir, lambda done: setattr(progress, "done", done))
+
+        try:
+            wait(in_background(sync), progress)
+        except OSError:
+            return None
+        return mount_dir / "floors"
 
     def apply_commit(self, text: str, path: str, mode: str, reason: str) -> CommitReceipt:
         """Apply a commit-requested effect to the chat (the chat adapter's job)."""

@@ -347,9 +347,6 @@ class Run:
             run_input = ChatRunInput.load(run_dir)
             if run_input is None or not record.get("chatFile"):
                 raise RunNotFound(f"{run_dir}: the chat input is missing")
-            ws = data.chat_run(
-                run_input.stable_chat_id, run_id, profile, chat_floor_count=run_input.floor_count
-            )
             repo = FileChatRepository(Path(record["chatFile"]))
             chat_run = ChatRun(
                 repo,
@@ -358,6 +355,7 @@ class Run:
                 profile_id=profile.id,
                 index_dir=data.chat_mount_dir(run_input.stable_chat_id),
             )
+            ws = data.chat_run(run_input.stable_chat_id, run_id, profile, floors=chat_run)
         else:
             ws = data.session(record.get("session") or "default", profile)
         run = cls(run_id, run_dir, assembly, record, profile, ws, chat_run)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.profile import Profile
+from tavern_agent.workspace.floors import FloorFiles
 from tavern_agent.workspace.roots import CHAT_TOOLS, RootPolicy
 from tavern_agent.workspace.store import Workspace
 
@@ -63,13 +64,17 @@ class DataRoot:
         return self.path / "chats" / chat_workspace_id(stable_chat_id) / "mount"
 
     def chat_run(
-        self, stable_chat_id: str, run_id: str, profile: Profile, *, chat_floor_count: int = 0
+        self,
+        stable_chat_id: str,
+        run_id: str,
+        profile: Profile,
+        *,
+        floors: FloorFiles | None = None,
     ) -> Workspace:
-        """A chat run's workspace; ``chat_floor_count`` is its frozen input length."""
+        """A chat run's workspace; ``floors`` (the chat run) backs ``chat/floors/``."""
         root = self.path / "chats" / chat_workspace_id(stable_chat_id) / "runs"
         ws = self.workspace_at(root / _checked_id("run id", run_id), Scene.CHAT, profile)
-        ws.chat_floors_dir = self.chat_mount_dir(stable_chat_id) / "floors"
-        ws.chat_floor_count = chat_floor_count
+        ws.chat_floors = floors
         return ws
 
     def session(self, session_id: str, profile: Profile) -> Workspace:
@@ -79,8 +84,7 @@ class DataRoot:
     def view(self, workspace: Workspace, scene: Scene, profile: Profile) -> Workspace:
         """The same workspace folder as another agent's ``profile`` sees it (its own roots)."""
         view = self.workspace_at(workspace.root, scene, profile)
-        view.chat_floors_dir = workspace.chat_floors_dir
-        view.chat_floor_count = workspace.chat_floor_count
+        view.chat_floors = workspace.chat_floors
         return view
 
     def workspace_at(

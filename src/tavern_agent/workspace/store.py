@@ -31,7 +31,8 @@ from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import ToolFailure
 from tavern_agent.fsutil import atomic_write, is_tmp_name
 from tavern_agent.tools.texts import without_host_paths
-from tavern_agent.workspace import paths
+from tavern_agent.workspace import floors, paths
+from tavern_agent.workspace.floors import FloorFiles
 from tavern_agent.workspace.roots import CHAT_MOUNT, INTERNAL, RootPolicy
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -59,9 +60,9 @@ class Workspace:
 
     ``skills_dir`` backs the read-only ``skills/`` root; ``visible_skills``
     (``None`` = all) filters which skill folders appear there.
-    ``chat_floors_dir`` backs ``chat/floors/`` (the chat workspace's shared
-    copy, see :mod:`tavern_agent.chat.mount`); only floors below
-    ``chat_floor_count`` (the run's frozen input) are visible.
+    ``chat_floors`` backs ``chat/floors/``, served from memory (see
+    :mod:`tavern_agent.workspace.floors`); only floors below its
+    ``floor_count`` (the run's frozen input) are visible.
     """
 
     def __init__(
@@ -71,19 +72,26 @@ class Workspace:
         *,
         skills_dir: Path | None = None,
         visible_skills: frozenset[str] | None = None,
-        chat_floors_dir: Path | None = None,
-        chat_floor_count: int = 0,
+        chat_floors: FloorFiles | None = None,
     ) -> None:
         self.root = root
         self.policy = policy
         self.skills_dir = skills_dir
         self.visible_skills = visible_skills
-        self.chat_floors_dir = chat_floors_dir
-        self.chat_floor_count = chat_floor_count
+        self.chat_floors = chat_floors
         root.mkdir(parents=True, exist_ok=True)
         key = os.path.realpath(root)
         with _LOCKS_GUARD:
             self._thread_lock = _LOCKS.setdefault(key, threading.Lock())
+
+    @property
+    def chat_floor_count(self) -> int:
+        """How many chat floors the run sees (0 without a chat)."""
+        return 0 if self.chat_floors is None else self.chat_floors.floor_count
+
+    def _floors(self, path: str) -> FloorFiles | None:
+        """The floor source when ``path`` is at or below ``chat/floors`` (served from memory)."""
+        return self.chat_floors if floors.is_floor_path(path) else None
 
     @classmethod
     def for_scene(cls, root: Path, scene: Scene) -> Workspace:
@@ -157,15 +165,12 @@ class Workspace:
 
     # ------------------------------------------------------------ descriptors
 
-    def _redirected(self, path: str) -> bool:
-        return self.chat_floors_dir is not None and path == f"{CHAT_MOUNT}/floors"
-
     def _base(self, path: str) -> tuple[Path, list[str]]:
         parts = path.split("/") if path else []
         if parts and parts[0] == "skills" and self.skills_dir is not None:
             return self.skills_dir, parts[1:]
-        if parts[:2] == [CHAT_MOUNT, "floors"] and self.chat_floors_dir is not None:
-            return self.chat_floors_dir, parts[2:]
+        if self._floors(path) is not None:  # never on disk: no writer may get here
+            raise PermissionError(f"{path} is read-only")
         return self.root, parts
 
     def _link_error(self, dir_fd: int, name: str, shown: str) -> Exception:
@@ -224,6 +229,8 @@ class Workspace:
         """``"file"``, ``"dir"`` or ``None`` for a checked path (links refused)."""
         if path == "":
             return "dir"
+        if (source := self._floors(path)) is not None:
+            return floors.kind(source, path)
         _, parts = self._base(path)
         if not parts:  # the skills root: always there, empty without a library
             return "dir"
@@ -239,12 +246,21 @@ class Workspace:
 
     def read_bytes(self, path: str) -> bytes:
         """The whole file; ``FileNotFoundError`` / ``IsADirectoryError`` as usual."""
+        if (source := self._floors(path)) is not None:
+            return floors.read(source, path)
         with self.open_file(path) as fd, os.fdopen(fd, "rb", closefd=False) as handle:
             return handle.read()
 
     @contextlib.contextmanager
     def open_file(self, path: str) -> Iterator[int]:
         """A read-only descriptor of the file (closed on exit); errors as :meth:`read_bytes`."""
+        if (source := self._floors(path)) is not None:
+            fd = floors.memory_fd(floors.read(source, path))
+            try:
+                yield fd
+            finally:
+                os.close(fd)
+            return
         folders, name = self._split(path)
         with self._dir(path, folders) as dfd:
             try:
@@ -269,6 +285,9 @@ class Workspace:
                     if max_depth > 1:
                         yield from self.walk(root, max_depth - 1)
             return
+        if (source := self._floors(path)) is not None:
+            yield from self._walk_floors(source, path, max_depth)
+            return
         base, parts = self._base(path)
         if not parts and not base.is_dir():
             return  # no skills library
@@ -288,47 +307,92 @@ class Workspace:
             elif stat.S_ISREG(st.st_mode):
                 yield Entry(child, "file", st.st_size)
 
-    def read_tree(
-        self, path: str, max_depth: int, max_bytes: int, skip: Callable[[str], bool]
-    ) -> Iterator[tuple[str, bytes]]:
-        """``(path, bytes)`` of every regular file below a folder, sorted, links skipped.
+    def _walk_floors(self, source: FloorFiles, path: str, max_depth: int) -> Iterator[Entry]:
+        for child, data in floors.entries(source, path):
+            if data is not None:
+                yield Entry(child, "file", len(data))
+                continue
+            yield Entry(child, "dir", 0)
+            if max_depth > 1:
+                yield from self._walk_floors(source, child, max_depth - 1)
 
-        Reads each file through its folder's descriptor, which keeps a search
-        over thousands of files from re-walking every path from the root.
+    def file_runs(
+        self, path: str, max_depth: int, skip: Callable[[str], bool]
+    ) -> Iterator[tuple[str, list[str]]]:
+        """The regular files below a folder as ``(folder, names)`` runs, sorted, links skipped.
+
+        Files come in the order of :meth:`walk`; each run is consecutive files of
+        one folder, to be read with :meth:`read_files`. Nothing is read here, so
+        a search can hand runs to more than one reader.
         """
         if path == "":
             for root in self.policy.visible:
                 if not skip(root) and self.kind_or_none(root) == "dir":
-                    yield from self.read_tree(root, max_depth - 1, max_bytes, skip)
+                    yield from self.file_runs(root, max_depth - 1, skip)
+            return
+        if (source := self._floors(path)) is not None:
+            yield from self._floor_runs(source, path, max_depth, skip)
             return
         base, parts = self._base(path)
         if not parts and not base.is_dir():
             return
-        with self._dir(path, parts) as fd:
-            yield from self._read_tree_fd(fd, path, max_depth, max_bytes, skip)
-
-    def _read_tree_fd(
-        self, fd: int, path: str, depth: int, max_bytes: int, skip: Callable[[str], bool]
-    ) -> Iterator[tuple[str, bytes]]:
-        with os.scandir(fd) as scan:
+        with self._dir(path, parts) as fd, os.scandir(fd) as scan:
             entries = sorted(scan, key=lambda e: e.name)
+        run: list[str] = []
         for entry in entries:
             child = f"{path}/{entry.name}"
             if skip(child) or self._hidden(child):
                 continue
-            if entry.is_dir(follow_symlinks=False) and self._redirected(child):
-                if depth > 1:
-                    yield from self.read_tree(child, depth - 1, max_bytes, skip)
-            elif entry.is_dir(follow_symlinks=False):
-                if depth > 1:
-                    sub = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
-                    try:
-                        yield from self._read_tree_fd(sub, child, depth - 1, max_bytes, skip)
-                    finally:
-                        os.close(sub)
+            if entry.is_dir(follow_symlinks=False):
+                if max_depth > 1:
+                    if run:
+                        yield path, run
+                        run = []
+                    yield from self.file_runs(child, max_depth - 1, skip)
             elif entry.is_file(follow_symlinks=False) and not is_tmp_name(entry.name):
+                run.append(entry.name)
+        if run:
+            yield path, run
+
+    def _floor_runs(
+        self, source: FloorFiles, path: str, depth: int, skip: Callable[[str], bool]
+    ) -> Iterator[tuple[str, list[str]]]:
+        run: list[str] = []
+        for child, data in floors.entries(source, path):
+            if skip(child):
+                continue
+            if data is not None:
+                run.append(posixpath.basename(child))
+            elif depth > 1:
+                yield from self._floor_runs(source, child, depth - 1, skip)
+        if run:
+            yield path, run
+
+    def read_files(
+        self, folder: str, names: list[str], max_bytes: int
+    ) -> Iterator[tuple[str, bytes]]:
+        """``(path, bytes)`` of files named in one folder, read through its descriptor.
+
+        A file larger than ``max_bytes``, or one that vanished or became a link
+        since it was listed, is left out; so is the whole folder if it did.
+        """
+        if (source := self._floors(folder)) is not None:
+            for name in names:
                 try:
-                    ffd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                    blob = floors.read(source, f"{folder}/{name}")
+                except OSError:
+                    continue  # the chat lost the floor since it was listed
+                if len(blob) <= max_bytes:
+                    yield f"{folder}/{name}", blob
+            return
+        with contextlib.ExitStack() as stack:
+            try:
+                fd = stack.enter_context(self._dir(folder, self._base(folder)[1]))
+            except (OSError, WorkspaceEscape, ToolFailure):
+                return  # swapped for a link or removed since it was listed: nothing read
+            for name in names:
+                try:
+                    ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
                 except OSError:
                     continue  # vanished or swapped for a link since the scan
                 try:
@@ -336,7 +400,7 @@ class Workspace:
                 finally:
                     os.close(ffd)
                 if data is not None:
-                    yield child, data
+                    yield f"{folder}/{name}", data
 
     def kind_or_none(self, path: str) -> str | None:
         """Like :meth:`kind`, but a link is simply absent."""

@@ -11,23 +11,26 @@ case-sensitive literal with ``memchr`` on its first byte. A case-insensitive
 literal cannot use that, so when it holds characters that have no case
 (digits, ``_``, ``-``, ``.``) the longest such run is searched for first,
 case-sensitively, and only files holding it get the case-insensitive scan.
-The search stays on one thread: RE2's Python binding holds the GIL while it
-scans, and a second thread reading files only adds GIL hand-offs (measured
-in ``benchmarks/search.py``).
+RE2's Python binding holds the GIL while it scans, so a second thread gains
+nothing; a large search hands runs of files to a second process instead
+(:mod:`tavern_agent.tools.builtin.search_worker`) and merges the results in
+file order, so the answer is the same as from one process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import re2
 
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import ToolFailure, ToolOutcome
+from tavern_agent.tools.builtin import search_worker
 from tavern_agent.tools.builtin.registry import builtin_tool
 from tavern_agent.tools.context import CallContext
 from tavern_agent.workspace import paths
@@ -40,8 +43,9 @@ MAX_FILES = 20_000
 MAX_FILE_BYTES = 64 * 1024 * 1024
 DEFAULT_EXCLUDED = ("tool-results", "skills")
 
-_OPTIONS = re2.Options()
-_OPTIONS.log_errors = False
+CHUNK = 100  # files per run handed to one reader (see search_worker)
+OPTIONS = re2.Options()
+OPTIONS.log_errors = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +76,7 @@ async def SEARCH_FILES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     ws = ctx.require_workspace()
     pattern_text: str = args["pattern"]
     try:
-        pattern = re2.compile(pattern_text.encode("utf-8", "surrogatepass"), _OPTIONS)
+        pattern = re2.compile(pattern_text.encode("utf-8", "surrogatepass"), OPTIONS)
     except re2.error as exc:
         reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
         raise ToolFailure(
@@ -83,7 +87,11 @@ async def SEARCH_FILES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     return await asyncio.to_thread(search, ws, pattern, scope, "path" in args)
 
 
-def _sources(ws: Workspace, scope: str, explicit: bool) -> Iterator[tuple[str, bytes]]:
+def _sources(ws: Workspace, scope: str, explicit: bool) -> Iterator[tuple[str, list[str]]]:
+    """The files to search as ``(folder, names)`` runs of at most :data:`CHUNK` files.
+
+    A file scope is one run of one file. At most :data:`MAX_FILES` files in all.
+    """
     kind = ws.kind(scope)
     if kind is None:
         raise ToolFailure(
@@ -91,13 +99,20 @@ def _sources(ws: Workspace, scope: str, explicit: bool) -> Iterator[tuple[str, b
             f"Nothing at {scope}. Search without path to cover every file.",
         )
     if kind == "file":
-        yield scope, ws.read_bytes(scope)
+        folder, _, name = scope.rpartition("/")
+        yield folder, [name]
         return
 
     def skip(path: str) -> bool:
         return not explicit and paths.top(path) in DEFAULT_EXCLUDED
 
-    yield from itertools.islice(ws.read_tree(scope, MAX_DEPTH, MAX_FILE_BYTES, skip), MAX_FILES)
+    left = MAX_FILES
+    for folder, names in ws.file_runs(scope, MAX_DEPTH, skip):
+        for at in range(0, min(len(names), left), CHUNK):
+            yield folder, names[at : min(at + CHUNK, left)]
+        left -= min(len(names), left)
+        if not left:
+            return
 
 
 _META = frozenset(b"\\.^$|?*+()[]{}")
@@ -118,7 +133,7 @@ def prefilter(pattern: bytes) -> Any | None:
     runs = [m.group() for m in _CASELESS.finditer(body)]
     if not runs:
         return None
-    return re2.compile(max(runs, key=len), _OPTIONS)
+    return re2.compile(max(runs, key=len), OPTIONS)
 
 
 def _cut(line: bytes, start: int) -> str:
@@ -135,42 +150,81 @@ def _cut(line: bytes, start: int) -> str:
     return ("…" if lo else "") + text[lo : lo + LINE_CHARS] + "…"
 
 
-def search(ws: Workspace, pattern: Any, scope: str, explicit: bool) -> ToolOutcome:
+@dataclass(frozen=True, slots=True)
+class FileHits:
+    """One matching file: how many of its lines match, and the first :data:`MAX_LINES`."""
+
+    path: str
+    total: int
+    hits: list[Hit]
+
+
+def scan_file(path: str, data: bytes, pattern: Any, cheap: Any | None) -> FileHits | None:
+    """The file's matching lines (one hit per line), ``None`` when nothing matches."""
+    if cheap is not None and cheap.search(data) is None:
+        return None
+    first = pattern.search(data)
+    if first is None or b"\0" in data[:8192]:
+        return None
     hits: list[Hit] = []
-    total = files_matched = searched = 0
+    total, line_no, line_start, match = 0, 1, 0, first
+    while match is not None:  # one hit per line: resume after the matched line
+        pos = match.start()
+        line_no += data.count(b"\n", line_start, pos)
+        line_start = data.rfind(b"\n", 0, pos) + 1
+        end = data.find(b"\n", pos)
+        total += 1
+        if len(hits) < MAX_LINES:
+            line = data[line_start : end if end >= 0 else len(data)]
+            hits.append(Hit(path, line_no, _cut(line, pos - line_start)))
+        if end < 0:
+            break
+        match = pattern.search(data, end + 1)
+    return FileHits(path, total, hits)
+
+
+Scanned = tuple[int, list[FileHits]]  # files searched, matching files in order
+
+
+def scan_run(ws: Workspace, folder: str, names: list[str], pattern: Any) -> Scanned:
+    """Read and search one run of files."""
     cheap = prefilter(pattern.pattern)
-    for path, data in _sources(ws, scope, explicit):
+    searched, found = 0, []
+    for path, data in ws.read_files(folder, names, MAX_FILE_BYTES):
         searched += 1
-        if cheap is not None and cheap.search(data) is None:
-            continue
-        first = pattern.search(data)
-        if first is None or b"\0" in data[:8192]:
-            continue
-        files_matched += 1
-        line_no, line_start, match = 1, 0, first
-        while match is not None:  # one hit per line: resume after the matched line
-            pos = match.start()
-            line_no += data.count(b"\n", line_start, pos)
-            line_start = data.rfind(b"\n", 0, pos) + 1
-            end = data.find(b"\n", pos)
-            total += 1
-            if len(hits) < MAX_LINES:
-                line = data[line_start : end if end >= 0 else len(data)]
-                hits.append(Hit(path, line_no, _cut(line, pos - line_start)))
-            if end < 0:
-                break
-            match = pattern.search(data, end + 1)
+        if (hits := scan_file(path, data, pattern, cheap)) is not None:
+            found.append(hits)
+    return searched, found
+
+
+def search(ws: Workspace, pattern: Any, scope: str, explicit: bool) -> ToolOutcome:
+    """Search every file of ``scope``; runs of files go to the worker process while it keeps up."""
+    parts: list[tuple[str, list[str], Scanned | Future[Scanned]]] = []
+    helper = search_worker.helper()
+    for folder, names in _sources(ws, scope, explicit):
+        job = helper.submit(ws, folder, names, pattern.pattern) if helper else None
+        parts.append((folder, names, scan_run(ws, folder, names, pattern) if job is None else job))
+        if helper is None and len(parts) > 1:
+            helper = search_worker.helper(start=True)  # a search of many files: start it
+    searched, found = 0, []
+    for folder, names, part in parts:
+        if isinstance(part, Future):
+            part = search_worker.result(part, partial(scan_run, ws, folder, names, pattern))
+        searched += part[0]
+        found.extend(part[1])
+    total = sum(f.total for f in found)
     if total == 0:
         where = scope or "the searchable files"
         return ToolOutcome(
             f"No matches in {where} ({searched} files searched).", _summary(0, 0, [])
         )
+    hits = [h for f in found for h in f.hits][:MAX_LINES]
     lines = [f"{h.path}:{h.line}: {h.text}" for h in hits]
     more = (
         f" (showing the first {MAX_LINES}; narrow the pattern or path)" if total > MAX_LINES else ""
     )
-    lines.append(f"[{total} matching lines in {files_matched} files{more}]")
-    return ToolOutcome("\n".join(lines), _summary(total, files_matched, hits))
+    lines.append(f"[{total} matching lines in {len(found)} files{more}]")
+    return ToolOutcome("\n".join(lines), _summary(total, len(found), hits))
 
 
 def _summary(total: int, files: int, hits: list[Hit]) -> dict[str, Any]:

@@ -89,12 +89,14 @@ def plan_mounts(ws: Workspace) -> list[Mount]:
         if not _real_dir(host, create=True):
             continue
         mounts.append(Mount(f"/{root}", host, writable))
-        if root == CHAT_MOUNT and ws.chat_floors_dir is not None:
-            # The floors live in the chat workspace's shared copy, not in the run.
-            # A plain mount cannot hide floors added after the run started; the
-            # file tools can, so they stay the exact view of the run's input.
-            floors = Path(os.path.realpath(ws.chat_floors_dir))
-            if _real_dir(floors):
+        if root == CHAT_MOUNT and ws.chat_floors is not None:
+            # The floors live in the chat workspace's shared copy, not in the run
+            # (synced at the run's first shell call). A plain mount cannot hide
+            # floors added after the run started; the file tools can, so they
+            # stay the exact view of the run's input.
+            on_disk = ws.chat_floors.floors_on_disk()
+            floors = Path(os.path.realpath(on_disk)) if on_disk is not None else None
+            if floors is not None and _real_dir(floors):
                 mounts.append(Mount(f"/{CHAT_MOUNT}/floors", floors, False))
     return mounts
 
@@ -304,6 +306,9 @@ async def SHELL(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     if ctx.cancelled.is_set():
         return _cancelled_before()
     limits = ctx.snapshot.shell_limits
+    if ws.chat_floors is not None and CHAT_MOUNT in ws.policy.visible:
+        # The first call syncs the floor copy the sandbox mounts: a file per floor.
+        await asyncio.to_thread(ws.chat_floors.floors_on_disk)
     deadline = time.monotonic() + limits.timeout_seconds
     try:
         sandbox, key = POOL.take(ws, limits, cwd, deadline)
