@@ -135,6 +135,10 @@ class Journal:
             listener(event)
         return event
 
+    def size(self) -> int:
+        """The journal file's length in bytes now."""
+        return os.fstat(self._fd).st_size
+
     def _write(self, data: bytes) -> None:
         """Append one whole line, or nothing: a full disk may take part of a write."""
         start = os.lseek(self._fd, 0, os.SEEK_END)
