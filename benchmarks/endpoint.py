@@ -43,7 +43,7 @@ from tavern_agent.assembly import Assembly
 from tavern_agent.chat.formats import parse_chat
 from tavern_agent.core.profile import Profile
 from tavern_agent.providers.gateway import ReplayGateway
-from tavern_agent.runtime.cli import _final_message
+from tavern_agent.runtime.cli import committed_message
 from tavern_agent.runtime.loop import Engine
 from tavern_agent.runtime.run import Run, RunSpec
 from tavern_agent.runtime.scripted import ScriptedGateway, calls
@@ -105,7 +105,7 @@ async def in_process(
         result = await engine.start()
     finally:
         engine.close()
-    message = _final_message(run, result)
+    message = committed_message(run, result)
     elapsed = time.perf_counter() - start
     assert result.status == "completed" and message, result
     return elapsed

@@ -12,15 +12,15 @@ model-visible ones), with ``/`` separators::
     checkpoints/state.json                          read states for resume
     input/chat.json, input/card.json, input/persist.json
     input/frontend-chat.jsonl                       an endpoint request's chat
-    input/invocations/<inv>/tool_snapshot.json      written once
-    input/invocations/<inv>/prompt.json
+    input/invocations/<inv>/tool_snapshot.json      written once (a child's: snap_<hex>,
+                                                    shared by children of one profile)
+    input/invocations/<inv>/prompt.json             not for children: journaled
     model-responses/round-NNN.json                  the run's main line (root, revisions, handoffs)
     model-responses/<inv>/round-NNN.json            a delegated child's own rounds
     tool-args/<inv>/round-NNN-call_<hex>.json       large raw arguments as the model sent them
     tool-results/<inv>/round-NNN-call_<hex>.txt     a spilled long result (model-readable)
     tool-results/<inv>/round-NNN-call_<hex>.raw.json   the spilled result's raw reply (audit)
     tool-results/<inv>/round-NNN-call_<hex>-K.<ext>    files a reply brought (images, resources)
-    agent-results/<inv>.json                        a delegated child's returned result
     scratch/turn-NNN.md                             text of a turn without tool calls
 
 This module imports nothing from the project, so every layer may use it.
@@ -43,7 +43,6 @@ INVOCATIONS_DIR = "input/invocations"
 RESPONSES_DIR = "model-responses"
 TOOL_ARGS_DIR = "tool-args"
 RESULTS_DIR = "tool-results"
-AGENT_RESULTS_DIR = "agent-results"
 
 
 def call_hex(call_id: str) -> str:
@@ -84,10 +83,6 @@ def spilled_audit(invocation_id: str, round: int, call_id: str) -> str:
 def reply_file(invocation_id: str, round: int, call_id: str, index: int, suffix: str) -> str:
     """The ``index``-th file a tool's reply brought (``suffix`` like ``.png``)."""
     return f"{_call_stem(RESULTS_DIR, invocation_id, round, call_id)}-{index}{suffix}"
-
-
-def agent_result(invocation_id: str) -> str:
-    return f"{AGENT_RESULTS_DIR}/{invocation_id}.json"
 
 
 def turn_text(round: int) -> str:

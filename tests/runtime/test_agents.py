@@ -18,6 +18,7 @@ from tavern_agent.core.profile import Profile
 from tavern_agent.providers.gateway import ModelRequest
 from tavern_agent.providers.transcript import ToolResultMessage, UserMessage
 from tavern_agent.runtime.cli import show_timeline
+from tavern_agent.runtime.journal import read_events
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run
 from tavern_agent.runtime.scripted import AgentScript, ScriptedAgents, Turn, call, calls, say
@@ -190,14 +191,26 @@ def test_two_children_in_parallel_return_and_the_parent_commits_their_summaries(
     assert "## Agents" in system and "- scout: Finds facts. (delegate, handoff)" in system
     assert "- critic: The critic. (delegate)" in system and "hermit" not in system
     assert "picky" not in system
-    # result files: markdown summary and the machine-readable record
+    # the result: a markdown summary file and the machine-readable record in the journal
     ws = run.workspace.root
     scout_md = (ws / "summaries" / "scout-result.md").read_text()
     assert "The bridge is out." in scout_md and "scratch/scout.md (notes, evidence)" in scout_md
     scout_inv = next(s["invocationId"] for s in started if s["agentId"] == "scout")
-    record = json.loads((run.run_dir / "agent-results" / f"{scout_inv}.json").read_text())
+    record = next(f["result"] for f in finished if f["invocationId"] == scout_inv)
     assert record["kind"] == "tauritavern.agentTaskResult" and record["status"] == "completed"
     assert record["findings"] == ["ford to the north"]
+    # a child's prompt is journaled, not written as a file
+    child_start = next(
+        e for e in of_type(run, "invocation_started") if e["invocationId"] == scout_inv
+    )
+    scout = next(c for c in children if c.id == scout_inv)
+    assert child_start["prompt"] == {
+        "system": scout.transcript.system,
+        "user": scout.transcript.items[0].text,  # type: ignore[union-attr]
+    }
+    # children of one profile share one recorded snapshot while their tools are the same
+    assert child_start["snapshotId"].startswith("snap_")
+    assert not (run.run_dir / "input" / "invocations" / scout_inv).exists()
     awaited = stored(run, "agent_await")[0]
     assert awaited["structured"]["timedOut"] is False
     assert "summaries/scout-result.md" in awaited["content"]
@@ -558,8 +571,10 @@ def test_a_recorded_run_with_two_children_replays_offline(tmp_path: Path) -> Non
 
     def child_results(run_dir: Path) -> dict[str, dict[str, Any]]:
         found = {}
-        for path in (run_dir / "agent-results").glob("*.json"):
-            record = json.loads(path.read_text())
+        for event in read_events(run_dir / "events.jsonl"):
+            if event["type"] != "task_finished":
+                continue
+            record = event["payload"]["result"]
             keep = ("status", "summary", "findings", "artifacts", "summaryPath")
             found[record["agentId"]] = {k: record.get(k) for k in keep}
         return found

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from tavern_agent.providers.gateway import (
     ends_stream,
     stream_error,
 )
+from tavern_agent.providers.openai_chat import OpenAIChatCodec
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run, RunSpec
 from tests.runtime.helpers import TEXTS, Harness, events, profile, types
@@ -72,6 +74,14 @@ def test_a_run_over_http_commits_the_streamed_reply(
     assert server.auth[-1] == "Bearer sk-local"
     last = server.bodies[-1]["messages"]
     assert last[0]["role"] == "system" and last[-1]["role"] == "tool"
+    # Each request (encoded incrementally) is the one before plus the round it added,
+    # and the last one is exactly what a whole encoding of the run's transcript gives.
+    for before, after in itertools.pairwise(server.bodies[1:]):
+        grown = len(after["messages"]) - len(before["messages"])
+        assert grown > 0 and after["messages"][:-grown] == before["messages"]
+    inv = run.invocations[0]
+    whole = OpenAIChatCodec().build_request("local", inv.transcript, inv.snapshot)
+    assert last == whole["messages"][: len(last)]
     recorded = json.loads((run.run_dir / "model-responses" / "round-001.json").read_text())
     assert recorded["attempts"] == 2 and recorded["raw"]["events"]
 

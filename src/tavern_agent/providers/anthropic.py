@@ -9,7 +9,7 @@ History puts every ``tool_result`` first in the next user message, with
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,6 @@ from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.providers.codec import (
     AUTO,
     CONTINUE_TEXT,
-    EncodedHistory,
     RequestBuilder,
     ToolChoice,
     check_protocol,
@@ -30,13 +29,12 @@ from tavern_agent.providers.codec import (
     wire_schema,
 )
 from tavern_agent.providers.ids import CallIdMap
-from tavern_agent.providers.repair import Exchange, repair
+from tavern_agent.providers.repair import Entry, Exchange
 from tavern_agent.providers.transcript import (
     AssistantMessage,
     DecodedResponse,
     FinishReason,
     RecordedCall,
-    Transcript,
 )
 from tavern_agent.tools.snapshot import ToolSnapshot
 
@@ -74,21 +72,24 @@ class AnthropicCodec(RequestBuilder):
         tool_choice = {"type": "tool", "name": named} if named else {"type": _CHOICE[choice.mode]}
         return {"tools": tools, "tool_choice": tool_choice}
 
-    def encode_history(self, transcript: Transcript, snapshot: ToolSnapshot) -> EncodedHistory:
-        check_protocol(snapshot, self.protocol)
-        repaired = repair(transcript)
-        ids = CallIdMap(self.protocol)
-        messages: list[dict[str, Any]] = []
-
+    def encode_entries(
+        self,
+        entries: Sequence[Entry],
+        snapshot: ToolSnapshot,
+        ids: CallIdMap,
+        out: list[dict[str, Any]],
+    ) -> None:
         def add(role: str, blocks: list[dict[str, Any]]) -> None:
+            # Anthropic wants roles to alternate: a second message of the same
+            # role joins the one before (as a new dict; see encode_entries).
             if not blocks:
                 return
-            if messages and messages[-1]["role"] == role:
-                messages[-1]["content"].extend(blocks)
+            if out and out[-1]["role"] == role:
+                out[-1] = {"role": role, "content": [*out[-1]["content"], *blocks]}
             else:
-                messages.append({"role": role, "content": blocks})
+                out.append({"role": role, "content": blocks})
 
-        for entry in repaired.entries:
+        for entry in entries:
             if not isinstance(entry, Exchange):
                 if entry.text:
                     add("user", [{"type": "text", "text": entry.text}])
@@ -117,14 +118,14 @@ class AnthropicCodec(RequestBuilder):
                     block["is_error"] = True
                 results.append(block)
             add("user", results)
-        if not messages or messages[0]["role"] == "assistant":
-            messages.insert(
-                0, {"role": "user", "content": [{"type": "text", "text": CONTINUE_TEXT}]}
-            )
-        body: dict[str, Any] = {"messages": messages}
-        if repaired.system:
-            body["system"] = repaired.system
-        return EncodedHistory(body, ids, repaired)
+
+    def history_frame(
+        self, system: str | None, first: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        top = {"system": system} if system else {}
+        if first is None or first["role"] == "assistant":
+            return top, [{"role": "user", "content": [{"type": "text", "text": CONTINUE_TEXT}]}]
+        return top, []
 
     def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
         text: list[str] = []

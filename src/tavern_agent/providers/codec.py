@@ -11,7 +11,7 @@ reason and the transcript keeps the raw text.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -21,7 +21,7 @@ from tavern_agent.core.naming import NAME_RULES, ModelProtocol, fit_name, normal
 from tavern_agent.core.results import AgentToolResult
 from tavern_agent.core.schema_adapt import NotStrictCompatible, openai_strict
 from tavern_agent.providers.ids import CallIdMap
-from tavern_agent.providers.repair import RepairedHistory
+from tavern_agent.providers.repair import Entry, RepairedHistory, repair
 from tavern_agent.providers.transcript import DecodedResponse, RecordedCall, Transcript
 from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 
@@ -64,6 +64,11 @@ class StreamDecoder(Protocol):
 
 class Codec(Protocol):
     protocol: ModelProtocol
+    history_key: str
+    """The body field that holds the history list."""
+
+    def request_head(self, model: str, max_tokens: int) -> dict[str, Any]:
+        """The model and length-cap fields of a request body."""
 
     def encode_tools(
         self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
@@ -72,6 +77,25 @@ class Codec(Protocol):
 
     def encode_history(self, transcript: Transcript, snapshot: ToolSnapshot) -> EncodedHistory:
         """Repair the transcript, then spell it as this protocol's history fields."""
+
+    def encode_entries(
+        self,
+        entries: Sequence[Entry],
+        snapshot: ToolSnapshot,
+        ids: CallIdMap,
+        out: list[dict[str, Any]],
+    ) -> None:
+        """Append the protocol messages for ``entries`` to ``out``.
+
+        A message already in ``out`` is never changed in place: merging into
+        the last one replaces it with a new dict.
+        """
+
+    def history_frame(
+        self, system: str | None, first: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Body fields beside the history list, and the messages the list must
+        start with, given the system text and the first encoded message."""
 
     def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
         """A whole (non-streamed) response body."""
@@ -93,19 +117,39 @@ class Codec(Protocol):
 
 
 class RequestBuilder:
-    """The shared ``build_request``: the request head, then history, then tools.
+    """The shared ``encode_history`` and ``build_request``.
 
-    Codecs name the field that caps the answer's length; a codec whose head is
-    not ``{model, <cap>}`` overrides :meth:`request_head`.
+    A codec spells history in two parts: :meth:`encode_entries` turns repaired
+    entries into the protocol's list of messages (appending, and never changing
+    a message already in the list: a merge replaces the last one), and
+    :meth:`history_frame` gives what goes around that list (the system text,
+    messages it must start with). That split lets
+    :class:`~tavern_agent.providers.incremental.RequestEncoder` encode only the
+    new part of a growing transcript. Codecs name the field that caps the
+    answer's length; a codec whose head is not ``{model, <cap>}`` overrides
+    :meth:`request_head`.
     """
 
     max_tokens_field: str = "max_tokens"
+    history_key: str = "messages"
 
     def request_head(self, model: str, max_tokens: int) -> dict[str, Any]:
         return {"model": model, self.max_tokens_field: max_tokens}
 
+    def encode_history(
+        self: Codec, transcript: Transcript, snapshot: ToolSnapshot
+    ) -> EncodedHistory:
+        """Repair the transcript, then spell it as this protocol's history fields."""
+        check_protocol(snapshot, self.protocol)
+        repaired = repair(transcript)
+        ids = CallIdMap(self.protocol)
+        messages: list[dict[str, Any]] = []
+        self.encode_entries(repaired.entries, snapshot, ids, messages)
+        top, leading = self.history_frame(repaired.system, messages[0] if messages else None)
+        return EncodedHistory({self.history_key: [*leading, *messages], **top}, ids, repaired)
+
     def build_request(
-        self: _Encodes,
+        self: Codec,
         model: str,
         transcript: Transcript,
         snapshot: ToolSnapshot,
@@ -119,16 +163,6 @@ class RequestBuilder:
         body.update(self.encode_history(transcript, snapshot).body)
         body.update(self.encode_tools(snapshot, choice, strict=strict))
         return body
-
-
-class _Encodes(Protocol):
-    def request_head(self, model: str, max_tokens: int) -> dict[str, Any]: ...
-
-    def encode_tools(
-        self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
-    ) -> dict[str, Any]: ...
-
-    def encode_history(self, transcript: Transcript, snapshot: ToolSnapshot) -> EncodedHistory: ...
 
 
 # ---------------------------------------------------------------- shared rules

@@ -3,7 +3,8 @@
 :class:`ModelGateway` answers a :class:`ModelRequest` (the invocation's
 transcript and frozen snapshot) with a :class:`ModelReply` (the decoded
 response and the raw wire data, for the audit file). The request body is the
-codec's :meth:`~tavern_agent.providers.codec.Codec.build_request`; the answer
+codec's :meth:`~tavern_agent.providers.codec.Codec.build_request`, encoded
+incrementally per invocation (:mod:`tavern_agent.providers.incremental`); the answer
 is decoded with the codec's stream decoder, so the runtime never sees a
 provider format.
 
@@ -38,6 +39,7 @@ from tavern_agent import run_layout
 from tavern_agent.core import json_input
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.redact import Redactor, url_secrets, url_without_userinfo
+from tavern_agent.providers.incremental import RequestEncoder
 from tavern_agent.providers.registry import codec_for
 from tavern_agent.providers.transcript import (
     AssistantMessage,
@@ -305,6 +307,7 @@ class HttpGateway:
         self.codec = codec_for(config.protocol)
         timeout = httpx.Timeout(config.timeout, connect=config.connect_timeout)
         self.client = client or httpx.AsyncClient(timeout=timeout)
+        self.requests = RequestEncoder(self.codec, _endpoint(config)[2])
 
     async def respond(self, request: ModelRequest) -> ModelReply:
         """The model's reply, or :class:`ModelError`; neither carries the key or URL user-info.
@@ -321,17 +324,21 @@ class HttpGateway:
 
     async def _respond(self, request: ModelRequest) -> ModelReply:
         config = self.config
-        body = self.codec.build_request(
-            config.model, request.transcript, request.snapshot, max_tokens=config.max_tokens
+        url, headers, _ = _endpoint(config)
+        body = self.requests.encode(
+            f"{request.run_id}/{request.invocation_id}",
+            config.model,
+            request.transcript,
+            request.snapshot,
+            max_tokens=config.max_tokens,
         )
-        url, headers, extra = _endpoint(config)
-        body.update(extra)
         attempt = 0
         while True:
             attempt += 1
             retry_after: float | None = None
             try:
-                async with self.client.stream("POST", url, json=body, headers=headers) as response:
+                stream = self.client.stream("POST", url, content=body, headers=headers)
+                async with stream as response:
                     if response.status_code == 429 or response.status_code >= 500:
                         retry_after = _retry_after(response)
                         await response.aread()

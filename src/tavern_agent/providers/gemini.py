@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,6 @@ from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.providers.codec import (
     AUTO,
     CONTINUE_TEXT,
-    EncodedHistory,
     RequestBuilder,
     ToolChoice,
     check_protocol,
@@ -34,13 +33,12 @@ from tavern_agent.providers.codec import (
     wire_schema,
 )
 from tavern_agent.providers.ids import CallIdMap
-from tavern_agent.providers.repair import Exchange, repair
+from tavern_agent.providers.repair import Entry, Exchange
 from tavern_agent.providers.transcript import (
     AssistantMessage,
     DecodedResponse,
     FinishReason,
     RecordedCall,
-    Transcript,
 )
 from tavern_agent.tools.snapshot import ToolSnapshot
 
@@ -64,6 +62,7 @@ _MODE = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
 
 class GeminiCodec(RequestBuilder):
     protocol = ModelProtocol.GEMINI
+    history_key = "contents"
 
     def encode_tools(
         self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
@@ -91,15 +90,17 @@ class GeminiCodec(RequestBuilder):
             "toolConfig": {"functionCallingConfig": config},
         }
 
-    def encode_history(self, transcript: Transcript, snapshot: ToolSnapshot) -> EncodedHistory:
-        check_protocol(snapshot, self.protocol)
-        repaired = repair(transcript)
-        ids = CallIdMap(self.protocol)
-        contents: list[dict[str, Any]] = []
-        for entry in repaired.entries:
+    def encode_entries(
+        self,
+        entries: Sequence[Entry],
+        snapshot: ToolSnapshot,
+        ids: CallIdMap,
+        out: list[dict[str, Any]],
+    ) -> None:
+        for entry in entries:
             if not isinstance(entry, Exchange):
                 if entry.text:
-                    contents.append({"role": "user", "parts": [{"text": entry.text}]})
+                    out.append({"role": "user", "parts": [{"text": entry.text}]})
                 continue
             message = entry.message
             parts: list[dict[str, Any]] = []
@@ -129,15 +130,17 @@ class GeminiCodec(RequestBuilder):
                     }
                 )
             if parts:
-                contents.append({"role": "model", "parts": parts})
+                out.append({"role": "model", "parts": parts})
             if responses:
-                contents.append({"role": "user", "parts": responses})
-        if not contents or contents[0]["role"] == "model":
-            contents.insert(0, {"role": "user", "parts": [{"text": CONTINUE_TEXT}]})
-        body: dict[str, Any] = {"contents": contents}
-        if repaired.system:
-            body["systemInstruction"] = {"parts": [{"text": repaired.system}]}
-        return EncodedHistory(body, ids, repaired)
+                out.append({"role": "user", "parts": responses})
+
+    def history_frame(
+        self, system: str | None, first: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        top = {"systemInstruction": {"parts": [{"text": system}]}} if system else {}
+        if first is None or first["role"] == "model":
+            return top, [{"role": "user", "parts": [{"text": CONTINUE_TEXT}]}]
+        return top, []
 
     def request_head(self, model: str, max_tokens: int) -> dict[str, Any]:
         """``model`` goes in the URL of ``generateContent``, not in the body."""

@@ -106,6 +106,11 @@ class CallIdMap:
         self._from_wire[candidate] = (call_id, occurrence)
         return candidate
 
+    def copy(self) -> CallIdMap:
+        """An independent map that has seen the same ids (to go on from here twice)."""
+        to_wire, from_wire, seen = dict(self._to_wire), dict(self._from_wire), dict(self._seen)
+        return CallIdMap(self.protocol, to_wire, from_wire, seen)
+
     def original(self, wire_id: str) -> str | None:
         """The transcript call id a wire id stands for, if this map issued it."""
         found = self._from_wire.get(wire_id)

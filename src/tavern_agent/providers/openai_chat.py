@@ -10,7 +10,7 @@ History ids longer than 40 characters are rewritten.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,6 @@ from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.providers.codec import (
     AUTO,
-    EncodedHistory,
     RequestBuilder,
     ToolChoice,
     check_protocol,
@@ -32,13 +31,12 @@ from tavern_agent.providers.codec import (
     wire_schema,
 )
 from tavern_agent.providers.ids import CallIdMap
-from tavern_agent.providers.repair import Exchange, repair
+from tavern_agent.providers.repair import Entry, Exchange
 from tavern_agent.providers.transcript import (
     AssistantMessage,
     DecodedResponse,
     FinishReason,
     RecordedCall,
-    Transcript,
 )
 from tavern_agent.tools.snapshot import ToolSnapshot
 
@@ -92,41 +90,49 @@ class OpenAIChatCodec(RequestBuilder):
 
     # ------------------------------------------------------------ history
 
-    def encode_history(self, transcript: Transcript, snapshot: ToolSnapshot) -> EncodedHistory:
-        check_protocol(snapshot, self.protocol)
-        repaired = repair(transcript)
-        ids = CallIdMap(self.protocol)
-        messages: list[dict[str, Any]] = []
-        if repaired.system:
-            messages.append({"role": "system", "content": repaired.system})
-        for entry in repaired.entries:
+    def encode_entries(
+        self,
+        entries: Sequence[Entry],
+        snapshot: ToolSnapshot,
+        ids: CallIdMap,
+        out: list[dict[str, Any]],
+    ) -> None:
+        for entry in entries:
             if not isinstance(entry, Exchange):
-                messages.append({"role": "user", "content": entry.text})
+                out.append({"role": "user", "content": entry.text})
                 continue
             message, results = entry.message, entry.results
-            assistant: dict[str, Any] = {"role": "assistant", "content": message.text or None}
             if not message.calls:
-                assistant["content"] = message.text
-                messages.append(assistant)
+                out.append({"role": "assistant", "content": message.text})
                 continue
             wire_ids = [ids.wire(c.call_id) for c in message.calls]
-            assistant["tool_calls"] = [
+            out.append(
                 {
-                    "id": wire_id,
-                    "type": "function",
-                    "function": {
-                        "name": replay_name(call, result, snapshot),
-                        "arguments": dump_arguments(replay_object(call)),
-                    },
+                    "role": "assistant",
+                    "content": message.text or None,
+                    "tool_calls": [
+                        {
+                            "id": wire_id,
+                            "type": "function",
+                            "function": {
+                                "name": replay_name(call, result, snapshot),
+                                "arguments": dump_arguments(replay_object(call)),
+                            },
+                        }
+                        for call, result, wire_id in zip(
+                            message.calls, results, wire_ids, strict=True
+                        )
+                    ],
                 }
-                for call, result, wire_id in zip(message.calls, results, wire_ids, strict=True)
-            ]
-            messages.append(assistant)
+            )
             for result, wire_id in zip(results, wire_ids, strict=True):
-                messages.append(
-                    {"role": "tool", "tool_call_id": wire_id, "content": result_text(result)}
-                )
-        return EncodedHistory({"messages": messages}, ids, repaired)
+                text = result_text(result)
+                out.append({"role": "tool", "tool_call_id": wire_id, "content": text})
+
+    def history_frame(
+        self, system: str | None, first: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        return {}, [{"role": "system", "content": system}] if system else []
 
     # ------------------------------------------------------------ responses
 

@@ -10,7 +10,7 @@ sent, since the API makes a tool strict when it is left out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,6 @@ from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.providers.codec import (
     AUTO,
-    EncodedHistory,
     RequestBuilder,
     ToolChoice,
     check_protocol,
@@ -33,13 +32,12 @@ from tavern_agent.providers.codec import (
 )
 from tavern_agent.providers.ids import CallIdMap
 from tavern_agent.providers.openai_chat import dump_arguments
-from tavern_agent.providers.repair import Exchange, repair
+from tavern_agent.providers.repair import Entry, Exchange
 from tavern_agent.providers.transcript import (
     AssistantMessage,
     DecodedResponse,
     FinishReason,
     RecordedCall,
-    Transcript,
 )
 from tavern_agent.tools.snapshot import ToolSnapshot
 
@@ -51,6 +49,7 @@ INCOMPLETE = {
 
 class OpenAIResponsesCodec(RequestBuilder):
     max_tokens_field = "max_output_tokens"
+    history_key = "input"
     protocol = ModelProtocol.OPENAI_RESPONSES
 
     def encode_tools(
@@ -75,21 +74,23 @@ class OpenAIResponsesCodec(RequestBuilder):
         tool_choice: Any = {"type": "function", "name": named} if named else choice.mode
         return {"tools": tools, "tool_choice": tool_choice}
 
-    def encode_history(self, transcript: Transcript, snapshot: ToolSnapshot) -> EncodedHistory:
-        check_protocol(snapshot, self.protocol)
-        repaired = repair(transcript)
-        ids = CallIdMap(self.protocol)
-        items: list[dict[str, Any]] = []
-        for entry in repaired.entries:
+    def encode_entries(
+        self,
+        entries: Sequence[Entry],
+        snapshot: ToolSnapshot,
+        ids: CallIdMap,
+        out: list[dict[str, Any]],
+    ) -> None:
+        for entry in entries:
             if not isinstance(entry, Exchange):
-                items.append({"role": "user", "content": entry.text})
+                out.append({"role": "user", "content": entry.text})
                 continue
             message = entry.message
             if message.text or not message.calls:
-                items.append({"role": "assistant", "content": message.text})
+                out.append({"role": "assistant", "content": message.text})
             wire_ids = [ids.wire(c.call_id) for c in message.calls]
             for call, result, wire_id in zip(message.calls, entry.results, wire_ids, strict=True):
-                items.append(
+                out.append(
                     {
                         "type": "function_call",
                         "call_id": wire_id,
@@ -98,17 +99,18 @@ class OpenAIResponsesCodec(RequestBuilder):
                     }
                 )
             for result, wire_id in zip(entry.results, wire_ids, strict=True):
-                items.append(
+                out.append(
                     {
                         "type": "function_call_output",
                         "call_id": wire_id,
                         "output": result_text(result),
                     }
                 )
-        body: dict[str, Any] = {"input": items}
-        if repaired.system:
-            body["instructions"] = repaired.system
-        return EncodedHistory(body, ids, repaired)
+
+    def history_frame(
+        self, system: str | None, first: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        return ({"instructions": system} if system else {}), []
 
     def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
         text: list[str] = []

@@ -10,6 +10,11 @@ them under their recorded names.
 The output is a list of *entries*: user text, or an exchange (an assistant
 message and the results of its calls, in call order). Codecs only ever see
 paired history.
+
+It also reports where the history is *settled*: the longest prefix after which
+no call waits for a result. Nothing that follows can change the entries of that
+prefix, so an encoder may keep what it made of them (see
+:mod:`tavern_agent.providers.incremental`).
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ class RepairedHistory:
     entries: tuple[Entry, ...]
     synthesized: tuple[str, ...] = ()  # call ids that got an "outcome unknown" result
     dropped: tuple[str, ...] = ()  # call ids of results that had no call
+    settled_items: int = 0  # transcript items in the settled prefix
+    settled_entries: int = 0  # entries made from those items
 
     @property
     def changed(self) -> bool:
@@ -59,7 +66,9 @@ def repair(transcript: Transcript) -> RepairedHistory:
     waiting: dict[str, deque[tuple[int, int]]] = {}
     dropped: list[str] = []
     order: list[UserMessage | int] = []
-    for item in transcript.items:
+    open_slots = 0
+    settled = (0, 0)
+    for position, item in enumerate(transcript.items, 1):
         if isinstance(item, UserMessage):
             order.append(item)
         elif isinstance(item, AssistantMessage):
@@ -67,14 +76,18 @@ def repair(transcript: Transcript) -> RepairedHistory:
             exchanges.append((item, [None] * len(item.calls)))
             for slot, call in enumerate(item.calls):
                 waiting.setdefault(call.call_id, deque()).append((index, slot))
+            open_slots += len(item.calls)
             order.append(index)
         elif isinstance(item, ToolResultMessage):
             queue = waiting.get(item.call_id)
             if not queue:
                 dropped.append(item.call_id)
-                continue
-            index, slot = queue.popleft()
-            exchanges[index][1][slot] = item.result
+            else:
+                index, slot = queue.popleft()
+                exchanges[index][1][slot] = item.result
+                open_slots -= 1
+        if open_slots == 0:
+            settled = (position, len(order))
     synthesized: list[str] = []
     out: list[Entry] = []
     for step in order:
@@ -89,4 +102,6 @@ def repair(transcript: Transcript) -> RepairedHistory:
                 found = outcome_unknown_result(call)
             results.append(found)
         out.append(Exchange(message, tuple(results)))
-    return RepairedHistory(transcript.system, tuple(out), tuple(synthesized), tuple(dropped))
+    return RepairedHistory(
+        transcript.system, tuple(out), tuple(synthesized), tuple(dropped), *settled
+    )

@@ -10,25 +10,29 @@ reaches into the loop itself):
   (its own snapshot, prompt, gate and budget; the same workspace through its own
   roots) as a background asyncio task and answers ``{taskId, status, agentId}``.
 * ``agent.await`` waits on ``done`` events only: it never drives a task.
-* ``task.return`` writes ``summaries/<key>-result.md`` and
-  ``agent-results/<inv>.json`` and ends the child.
+* ``task.return`` writes ``summaries/<key>-result.md``, journals the result
+  record with ``task_finished`` and ends the child.
 * ``agent.handoff`` ends the caller's part: :meth:`AgentTasks.handoff` returns
   the new invocation of the target agent (which starts from a markdown brief)
   and the loop continues the run with it.
 
 Journal events: ``task_started`` and ``task_finished`` (with the child's and the
 parent's invocation ids), ``task_results_injected``, ``handoff_accepted``.
+
+A child's records live in the journal (its prompt in ``invocation_started``, its
+result in ``task_finished``); the files it adds to the run are its model
+responses and, once per distinct tool set, a snapshot shared by the children of
+one profile. A delegation thus costs no file of its own beyond those.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import secrets
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -46,7 +50,6 @@ from tavern_agent.core.results import (
     HandoffAccepted,
     TaskReturned,
 )
-from tavern_agent.fsutil import atomic_write
 from tavern_agent.providers.transcript import RecordedCall, UserMessage
 from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.prompt import system_prompt
@@ -314,6 +317,7 @@ class AgentTasks:
         self.source = source
         self.tasks: dict[str, AgentTask] = {}
         self.by_inv: dict[str, AgentTask] = {}
+        self.child_snapshots: dict[str, ToolSnapshot] = {}  # by agent id
 
     def caller(self, inv: Invocation) -> Profile:
         return inv.profile or self.engine.run.profile
@@ -399,9 +403,7 @@ class AgentTasks:
         key = target.id if repeats == 0 else f"{target.id}-{repeats + 1:03d}"
         task_id = f"task_{uuid.uuid4().hex}"
         inv_id = f"inv_{secrets.token_hex(6)}"
-        snapshot = run.assembly.snapshot(target, run.scene, run.protocol, inv_id, child=True)
-        # no fsync: see Run.add_invocation (a child is never resumed)
-        snapshot.save(run.run_dir / run_layout.snapshot_file(inv_id), durable=False)
+        snapshot = self.child_snapshot(target)
         child = run.add_invocation(
             inv_id,
             snapshot,
@@ -439,6 +441,21 @@ class AgentTasks:
         return _result(
             rc, binding, text, {"taskId": task_id, "status": "running", "agentId": target.id}
         )
+
+    def child_snapshot(self, target: Profile) -> ToolSnapshot:
+        """A child's frozen tool set, shared with earlier children of ``target``
+        while the catalog gives the same one (building it is cheap; recording
+        it per child was not)."""
+        run = self.engine.run
+        snap_id = f"snap_{secrets.token_hex(6)}"
+        fresh = run.assembly.snapshot(target, run.scene, run.protocol, snap_id, child=True)
+        known = self.child_snapshots.get(target.id)
+        if known is not None and replace(fresh, id=known.id) == known:
+            return known
+        # no fsync: see Run.add_invocation (a child is never resumed)
+        fresh.save(run.run_dir / run_layout.snapshot_file(fresh.id), durable=False)
+        self.child_snapshots[target.id] = fresh
+        return fresh
 
     # ------------------------------------------------------------ await
 
@@ -574,11 +591,6 @@ class AgentTasks:
             # Without fsync, like the child's other records; the caller reads the
             # result from memory, and a resumed run does not reload it.
             run.workspace.write_atomic(path, _markdown(task, record).encode("utf-8"), durable=False)
-            atomic_write(
-                run.run_dir / run_layout.agent_result(task.inv.id),
-                json.dumps(record, ensure_ascii=False, indent=1).encode("utf-8"),
-                durable=False,
-            )
         finally:
             self.engine.journal.append(
                 "task_finished",
@@ -590,6 +602,7 @@ class AgentTasks:
                     "status": status,
                     "reason": reason,
                     "summaryPath": path,
+                    "result": record,
                 },
                 level="info" if status == "completed" else "warn",
             )

@@ -345,6 +345,10 @@ class Engine:
             links["agentId"] = inv.profile.id
         if inv.parent_id is not None:
             links |= {"parentInvocationId": inv.parent_id, "taskId": inv.task_id}
+        if inv.is_child:  # a child has no prompt file (see Run.add_invocation)
+            first = inv.transcript.items[0]
+            user = first.text if isinstance(first, UserMessage) else ""
+            links["prompt"] = {"system": inv.transcript.system, "user": user}
         self.journal.append(
             "invocation_started",
             {

@@ -249,19 +249,17 @@ class Run:
     ) -> Invocation:
         """A new invocation; ``profile`` for another agent's (a child's or a handoff's).
 
-        A delegated child is not listed in ``run.json`` (the journal's
-        ``task_started`` and ``invocation_started`` events record it) and its
-        files are written without fsync: a resumed run never continues a child
-        (its caller is told the task failed). That keeps a delegation to two
-        small file writes and no disk flush.
+        A delegated child is not listed in ``run.json`` and has no prompt
+        file: the journal's ``task_started`` and ``invocation_started`` events
+        record it, prompt included. A resumed run never continues a child (its
+        caller is told the task failed), so nothing of it is flushed to disk.
         """
-        durable = kind != "child"
-        _write_json(
-            self.run_dir / run_layout.prompt_file(invocation_id),
-            {"system": system, "user": user},
-            once=True,
-            durable=durable,
-        )
+        if kind != "child":
+            _write_json(
+                self.run_dir / run_layout.prompt_file(invocation_id),
+                {"system": system, "user": user},
+                once=True,
+            )
         inv = Invocation(
             invocation_id,
             snapshot,

@@ -21,7 +21,6 @@ INTERNAL = frozenset(
         "model-responses",
         "checkpoints",
         "events.jsonl",
-        "agent-results",
         "tasks",
         ".lock",
     }

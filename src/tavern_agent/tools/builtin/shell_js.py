@@ -20,11 +20,12 @@ import json
 import posixpath
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bashkit import BuiltinContext, BuiltinResult, FileSystem
-from quickjs_rs import Context, JSError, MemoryLimitError, QuickJSError, Runtime
-from quickjs_rs import TimeoutError as JsTimeout
+
+if TYPE_CHECKING:
+    from quickjs_rs import Context, JSError
 
 VERSION = "v20.0.0-quickjs"
 USAGE = "usage: node [-e CODE | -p EXPR | FILE | -] [ARGS…]  (QuickJS-ng; no npm modules)\n"
@@ -483,6 +484,11 @@ async def _evaluate(inv: _Invocation, bctx: BuiltinContext, limits: JsLimits) ->
 
     async def host_sleep(ms: float) -> None:
         await asyncio.sleep(min(float(ms) / 1000.0, limits.seconds_left()))
+
+    # Imported at the first node call: the engine (QuickJS on wasmtime) is most
+    # of the package's import time, and most runs never start it.
+    from quickjs_rs import Context, JSError, MemoryLimitError, QuickJSError, Runtime
+    from quickjs_rs import TimeoutError as JsTimeout
 
     runtime = Runtime(memory_limit=limits.memory_bytes, stack_limit=limits.stack_bytes)
     ctx = Context(runtime, timeout=max(limits.seconds_left(), 0.001))
