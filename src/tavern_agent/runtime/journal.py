@@ -44,6 +44,36 @@ def read_events(path: Path) -> list[Event]:
     return events
 
 
+class JournalTail:
+    """Reads the events appended to a journal since the last look (a follower's view).
+
+    Only the new bytes are read and parsed; a torn or half-written last line is
+    left for the next look.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+
+    def new_events(self) -> list[Event]:
+        """The complete events written since the previous call, in order."""
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        events: list[Event] = []
+        for line in data.split(b"\n")[:-1]:  # after the last newline: not complete yet
+            if line:
+                try:
+                    events.append(json.loads(line))
+                except (ValueError, RecursionError):
+                    break  # a torn line: nothing after it was written
+            self._offset += len(line) + 1
+        return events
+
+
 def _complete_length(data: bytes) -> int:
     """Bytes of ``data`` up to the end of its last complete JSON line."""
     end = 0
@@ -104,6 +134,10 @@ class Journal:
         for listener in self.listeners:
             listener(event)
         return event
+
+    def size(self) -> int:
+        """The journal file's length in bytes now."""
+        return os.fstat(self._fd).st_size
 
     def _write(self, data: bytes) -> None:
         """Append one whole line, or nothing: a full disk may take part of a write."""

@@ -201,6 +201,9 @@ class Engine:
         self.agents = AgentTasks(self, profiles or ProfileSource(run.data.path))
         self._repeatable = run.assembly.catalog.builtins.repeatable
         self._saved_state: dict[str, Any] | None = None  # the checkpoint last written
+        # True once this engine's state is the fold of the journal (it started the run,
+        # folded it, or took a step): the next step_once need not fold it again.
+        self._live = False
         self._effects: dict[type, EffectHandler] = {
             CommitRequested: self._on_commit,
             DelegateRequested: self._on_agent,
@@ -264,10 +267,12 @@ class Engine:
         return await self._execute(inv, self.resume_at)
 
     async def step_once(self, *, cancel: bool = False) -> Next | RunResult:
-        """Do one step of the run on a fresh engine; a :class:`RunResult` once it has ended.
+        """Do one step of the run; a :class:`RunResult` once it has ended.
 
         The unit of work of a durable engine (one activity each): the state is
-        the fold of the journal, so any worker can take the next step. A run with
+        the fold of the journal, so any worker can take the next step. A fresh
+        engine folds the journal first; one that took the previous step itself
+        (:attr:`live`, a worker's cached engine) goes on from its state. A run with
         an empty journal is started; a step cut off before its end is finished as
         :meth:`resume` would (open calls paired, a pending commit confirmed from
         the chat file), without a ``run_resumed`` event. A handoff starts its
@@ -278,14 +283,16 @@ class Engine:
             if self.journal.seq == 0:
                 self.journal.append("run_started", self._started_payload())
                 self._invocation_started(self.current)
-            else:
+            elif not self._live:
                 ended = self._rebuild()
                 if ended is not None:
                     return ended
                 self._reconcile_commit()
+            self._live = True
             if cancel:
                 raise asyncio.CancelledError
             inv, step_at = self.current, self.resume_at
+            self.resume_at = None  # acted on now; a live engine's next step must not repeat it
             if step_at is None:
                 step = await self._step(inv)
             else:  # the journal ended after a finish or a handoff was accepted
@@ -319,6 +326,11 @@ class Engine:
             return self._fail(ErrorCode.MODEL_REQUEST_FAILED, str(exc))
         except (OSError, WorkspaceEscape) as exc:
             return self._storage_failed(exc)
+
+    @property
+    def live(self) -> bool:
+        """Whether the engine's state is the fold of the journal as this engine wrote it."""
+        return self._live
 
     def close(self) -> None:
         if self.run.chat is not None:

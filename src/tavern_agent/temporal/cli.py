@@ -14,9 +14,16 @@ from tavern_agent.mcp.approval import approver_for
 @click.option("--temporal", required=True, metavar="HOST:PORT", help="The Temporal server.")
 @click.option("--task-queue", default=None, help="The task queue to poll (default tavern-agent).")
 @click.option("--concurrency", type=int, default=8, show_default=True, help="Steps run at once.")
+@click.option(
+    "--engine-cache/--no-engine-cache",
+    default=True,
+    show_default=True,
+    help="Keep each run's state between the steps this worker takes (else fold its journal "
+    "at every step).",
+)
 @click.pass_context
 def worker_command(
-    ctx: click.Context, temporal: str, task_queue: str | None, concurrency: int
+    ctx: click.Context, temporal: str, task_queue: str | None, concurrency: int, engine_cache: bool
 ) -> None:
     """Run the steps of runs submitted with ``run --engine temporal``, until stopped.
 
@@ -40,6 +47,7 @@ def worker_command(
                 task_queue=task_queue or DEFAULT_TASK_QUEUE,
                 concurrency=concurrency,
                 approver=approver_for("decline"),
+                engine_cache=engine_cache,
             )
         )
     except KeyboardInterrupt:

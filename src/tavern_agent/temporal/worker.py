@@ -31,11 +31,16 @@ async def serve(
     task_queue: str = DEFAULT_TASK_QUEUE,
     concurrency: int = 8,
     approver: Approver | None = None,
+    engine_cache: bool = True,
 ) -> None:
-    """Run a worker until cancelled: up to ``concurrency`` steps at once."""
+    """Run a worker until cancelled: up to ``concurrency`` steps at once.
+
+    ``engine_cache`` keeps the engine of each run whose last step this worker
+    took, so that its next step here does not fold the run's journal again.
+    """
     client = await connect(address)
     async with await Assembly.open(data_dir, approver=approver) as assembly:
-        activities = RunActivities(assembly)
+        activities = RunActivities(assembly, cache=engine_cache)
         worker = Worker(
             client,
             task_queue=task_queue,
@@ -44,4 +49,7 @@ async def serve(
             max_concurrent_activities=concurrency,
             sticky_queue_schedule_to_start_timeout=STICKY_WAIT,
         )
-        await worker.run()
+        try:
+            await worker.run()
+        finally:
+            await activities.close()

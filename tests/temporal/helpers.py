@@ -1,0 +1,105 @@
+"""What the Temporal tests read back: journals, chat files, workflow histories, CLI answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from temporalio.worker import Replayer
+
+from tavern_agent import run_layout
+from tavern_agent.chat.formats import parse_chat
+from tavern_agent.runtime.journal import read_events
+from tavern_agent.temporal.worker import connect
+from tavern_agent.temporal.workflow import RunWorkflow
+from tests.temporal.conftest import ROOT
+
+
+def kinds(run_dir: Path) -> list[str]:
+    return [e["type"] for e in read_events(run_dir / run_layout.JOURNAL_FILE)]
+
+
+def payloads(run_dir: Path, kind: str) -> list[dict[str, Any]]:
+    return [
+        e["payload"] for e in read_events(run_dir / run_layout.JOURNAL_FILE) if e["type"] == kind
+    ]
+
+
+def run_messages(chat_file: Path, run_id: str) -> list[str]:
+    """The chat messages a run wrote (one, however often it committed)."""
+    chat = parse_chat(chat_file.read_bytes())
+    return [m.mes for m in chat.messages if (m.extra.get("agent") or {}).get("runId") == run_id]
+
+
+def cli_command(data: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "tavern_agent", "--data-dir", str(data), *args]
+
+
+def cli_env() -> dict[str, str]:
+    return os.environ | {"PYTHONPATH": str(ROOT)}
+
+
+async def cli_json(
+    data: Path, *args: str, timeout: float = 240, exit_code: int = 0
+) -> dict[str, Any]:
+    """Run ``tavern-agent … --json`` as a process; its JSON answer (it must exit so)."""
+    proc = await asyncio.create_subprocess_exec(
+        *cli_command(data, *args, "--json"),
+        env=cli_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode == exit_code, err.decode()
+    answer: dict[str, Any] = json.loads(out)
+    return answer
+
+
+async def cli_text(data: Path, *args: str, timeout: float = 60) -> str:
+    """Run ``tavern-agent …`` as a process; its output (it must exit 0)."""
+    proc = await asyncio.create_subprocess_exec(
+        *cli_command(data, *args),
+        env=cli_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode == 0, err.decode()
+    return out.decode().strip()
+
+
+async def steps_by_worker(address: str, run_ids: list[str]) -> dict[int, set[str]]:
+    """For each worker process id, the runs it took a step of (from the workflow histories).
+
+    A worker's identity is ``pid@host``, the SDK's default.
+    """
+    client = await connect(address)
+    runs: dict[int, set[str]] = {}
+    for run_id in run_ids:
+        history = await client.get_workflow_handle(run_id).fetch_history()
+        for event in history.events:
+            if event.HasField("activity_task_started_event_attributes"):
+                identity = event.activity_task_started_event_attributes.identity
+                runs.setdefault(int(identity.split("@")[0]), set()).add(run_id)
+    return runs
+
+
+async def running_step_worker(address: str, run_id: str) -> int | None:
+    """The process id of the worker running the run's step now (None between steps)."""
+    client = await connect(address)
+    described = await client.get_workflow_handle(run_id).describe()
+    for pending in described.raw_description.pending_activities:
+        if pending.last_worker_identity:
+            return int(pending.last_worker_identity.split("@")[0])
+    return None
+
+
+async def replay(address: str, run_id: str) -> None:
+    """Replay a recorded history against today's workflow code (raises on nondeterminism)."""
+    client = await connect(address)
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    await Replayer(workflows=[RunWorkflow]).replay_workflow(history)
