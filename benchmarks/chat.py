@@ -4,11 +4,11 @@
   Chinese or Japanese) is written to a temporary folder;
 * **cold search**: the first ``chat_search`` call of a run, made right after
   the run started (the run start reads the chat once and starts the index build
-  on a worker thread, then syncs the floor mount): in the first run ever on the
-  chat, in a run whose floor mount exists but whose saved index was deleted (the
-  call waits for most of the build), in a later run (saved index), and in a run
-  after 1,000 floors were appended (saved index updated). Load and index build
-  are also shown alone, and each run start's time;
+  on a worker thread; it writes no floor files): in the first run ever on the
+  chat and in a run whose saved index was deleted (both wait for most of the
+  build), in a later run (saved index), and in a run after 1,000 floors were
+  appended (saved index updated). Load and index build are also shown alone,
+  and each run start's time;
 * **time to the first model request** of the first run ever on the chat, with
   a scripted model, side by side: as the run start did before (it also wrote
   the floor mount, two files per floor) and as it does now (``chat/floors/``
@@ -213,7 +213,7 @@ async def main(floors: int, only_start: bool) -> None:
         setups: list[float] = []
 
         def new_run() -> ToolRequestGate:
-            # As a run starts: freeze the chat, bring the shared floor mount up to date.
+            # As a run starts: load and freeze the chat, start the index build.
             run_id = f"run_{len(setups)}"
             start = time.perf_counter()
             chat_run, _, root = assembly.chat_run(
@@ -232,13 +232,13 @@ async def main(floors: int, only_start: bool) -> None:
             assert not result.result.is_error, result.result.content
             return elapsed
 
-        # First run ever on this chat: load, start the index build on a worker thread, sync
-        # the floor mount (100,000 floors as files), then the first search.
+        # First run ever on this chat: load, start the index build on a worker thread,
+        # then the first search (it waits for the rest of the build).
         cold = await call(new_run(), "chat_search", {"query": "森林 神殿"})
         t0 = time.perf_counter()
         load_or_build(chat, None)
         rebuilt = time.perf_counter() - t0
-        # The mount is in place but the saved index is gone: the search waits for the build.
+        # The saved index is gone: the search waits for the build again.
         for saved in (Path(tmp) / "data").glob("chats/*/mount/search-index.bin"):
             saved.unlink()
         cold_unsaved = await call(new_run(), "chat_search", {"query": "森林 神殿"})
@@ -265,14 +265,14 @@ async def main(floors: int, only_start: bool) -> None:
         print(f"index build alone (the wait if nothing ran beside it): {ms(rebuilt)}")
         print("first chat_search of a run, right after the run started (goal < 3,000 ms):")
         for label, took in [
-            ("first run ever on the chat (index built during run start)", cold),
-            ("floor mount in place, no saved index (waits for the build)", cold_unsaved),
+            ("first run ever on the chat (waits for the build)", cold),
+            ("saved index deleted (waits for the build)", cold_unsaved),
             ("later run, saved index", cold_saved),
             ("saved index, 1,000 floors appended", cold_grown),
         ]:
             print(f"  {label + ':':<62}{ms(took):>12}  {'met' if took < 3 else 'NOT met'}")
         print(
-            "run start (load, freeze, index build started, floor mount sync), runs 1-4: "
+            "run start (load, freeze, index build started), runs 1-4: "
             + ", ".join(ms(s) for s in setups)
         )
         median = statistics.median(warm)
