@@ -281,6 +281,8 @@ def call_command(
     chat_file = source.chat_file if source is not None else None
     run_id = run_id or f"cli_{secrets.token_hex(6)}"
 
+    opened: list[ChatRun] = []  # settled on the way out, whatever happens
+
     async def run() -> tuple[ExecutedCall, ToolRequestGate, ChatRun | None]:
         async with await Assembly.open(data_dir, approver=approver_for(mcp_ask)) as assembly:
             profile = _profile(assembly, profile_spec, Scene(scene))
@@ -292,6 +294,7 @@ def call_command(
                     )
                 except (ChatFormatError, ValueError) as exc:
                     raise click.UsageError(str(exc)) from None
+                opened.append(chat_run)
             snap = assembly.snapshot(profile, Scene(scene), ModelProtocol(protocol))
             gate = assembly.gate(
                 snap,
@@ -306,34 +309,40 @@ def call_command(
             return await gate.handle(call, round=1), gate, chat_run
 
     try:
-        with index_progress.shown():  # a bar on stderr if chat_search waits for its index
-            executed, gate, chat_run = asyncio.run(run())
-    except WorkspaceEscape as exc:
-        say(f"tavern-agent: fatal: {exc}", err=True)
-        sys.exit(1)
-    try:
-        save_reads(reads_file, gate.reads)
-    except OSError as exc:  # a convenience for the next call; the result still counts
-        say(f"tavern-agent: note: what this call read is not remembered: {exc}", err=True)
-    result = executed.result
-    if isinstance(executed.effect, CommitRequested) and chat_run is not None:
-        assert gate.workspace is not None
-        receipt = chat_run.apply_effect(executed.effect, gate.workspace)
-        verb = "created" if receipt.created else "updated"
-        say(
-            f"tavern-agent: chat floor {receipt.floor} {verb} in {chat_file} "
-            f"(revise it with --run {run_id})",
-            err=True,
-        )
-        if receipt.merged:
-            say(f"tavern-agent: the chat had changed: {receipt.merged}", err=True)
-    if as_json:
-        payload = result.to_json() | {"effect": type(executed.effect).__name__}
-        click.echo(json.dumps(payload, ensure_ascii=False, indent=2))
-    else:
-        if result.is_error and result.error_code is not None:
-            say(f"[{result.error_code}]")
-        say(result.content)
+        try:
+            with index_progress.shown():  # a bar on stderr if chat_search waits for its index
+                executed, gate, chat_run = asyncio.run(run())
+        except WorkspaceEscape as exc:
+            say(f"tavern-agent: fatal: {exc}", err=True)
+            sys.exit(1)
+        try:
+            save_reads(reads_file, gate.reads)
+        except OSError as exc:  # a convenience for the next call; the result still counts
+            say(f"tavern-agent: note: what this call read is not remembered: {exc}", err=True)
+        result = executed.result
+        if isinstance(executed.effect, CommitRequested) and chat_run is not None:
+            assert gate.workspace is not None
+            receipt = chat_run.apply_effect(executed.effect, gate.workspace)
+            verb = "created" if receipt.created else "updated"
+            say(
+                f"tavern-agent: chat floor {receipt.floor} {verb} in {chat_file} "
+                f"(revise it with --run {run_id})",
+                err=True,
+            )
+            if receipt.merged:
+                say(f"tavern-agent: the chat had changed: {receipt.merged}", err=True)
+        if as_json:
+            payload = result.to_json() | {"effect": type(executed.effect).__name__}
+            click.echo(json.dumps(payload, ensure_ascii=False, indent=2))
+        else:
+            if result.is_error and result.error_code is not None:
+                say(f"[{result.error_code}]")
+            say(result.content)
+    finally:
+        # The chat's index is built on a daemon thread; leaving while it writes
+        # the saved index would leave a temporary file in the chat's folder.
+        for chat_run in opened:
+            chat_run.settle()
 
 
 def _call_source(
