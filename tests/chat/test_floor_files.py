@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
+import pytest
+from rich.console import Console
+
+from tavern_agent.chat import progress
 from tavern_agent.providers.gateway import ModelRequest
 from tavern_agent.runtime.scripted import Turn, calls, say
 from tests.chat.helpers import ChatAgent, write_chat
@@ -79,3 +84,16 @@ async def test_the_shell_gets_a_disk_copy_at_its_first_call_kept_in_step(tmp_pat
     chat.write_text(chat.read_text(encoding="utf-8").replace('"three"', '"THREE"'), "utf-8")
     again = await agent("workspace_shell", command="cat /chat/floors/000002/message.md")
     assert "THREE" in again.content
+
+
+def test_a_long_floor_copy_shows_a_progress_bar_for_the_shell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(progress, "DELAY_SECONDS", 0.0)
+    chat = write_chat(tmp_path / "c.jsonl", [f"floor {i}" for i in range(300)])
+    agent = ChatAgent(tmp_path / "data", chat)
+    out = io.StringIO()
+    with progress.shown(Console(file=out, force_terminal=True, width=100)):
+        folder = agent.chat.floors_on_disk()
+    assert folder is not None and len(os.listdir(folder)) == 300
+    assert "workspace_shell: copying the chat floors" in out.getvalue()
