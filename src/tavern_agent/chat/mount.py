@@ -93,6 +93,25 @@ def _put(path: Path, data: bytes) -> None:
     atomic_write(path, data, durable=False)
 
 
+def _create(path: Path, data: bytes) -> None:
+    """A file in a floor folder this sync just made: written in place, not renamed.
+
+    Half the file system operations of :func:`_put` (no temporary file, no
+    rename), which is most of the copy's time on a new long chat. Safe because
+    the folder is new: no run's shell read this floor from the copy before
+    (each run syncs before its first shell call, under the same lock), and
+    after a crash the folder exists, so the next sync rewrites it with
+    :func:`_put` (``state.json`` is written last).
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
 def sync_floors(
     chat: ChatFile, mount_dir: Path, on_floor: Callable[[int], None] | None = None
 ) -> int:
@@ -118,9 +137,13 @@ def sync_floors(
             if index < len(old) and old[index] == digest:
                 continue
             folder = floors / floor_name(index)
-            folder.mkdir(exist_ok=True)
+            try:
+                folder.mkdir()
+                write = _create
+            except FileExistsError:
+                write = _put
             for name, data in floor_files(index, message).items():
-                _put(folder / name, data)
+                write(folder / name, data)
             written += 1
         for index in range(len(chat.messages), max(len(old), _highest(floors) + 1)):
             shutil.rmtree(floors / floor_name(index), ignore_errors=True)
