@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from tavern_agent.assembly import Assembly, ChatSource
+from tavern_agent.chat import mount
 from tavern_agent.chat.activation import ScanMessage, activate
 from tavern_agent.chat.formats import ChatFile, new_message, parse_world
 from tavern_agent.chat.index_store import load_or_build
@@ -136,7 +137,8 @@ async def first_request(path: Path, data_dir: Path, *, mount_floors: bool) -> tu
     """Seconds from ``Run.start`` to the model's first request, and files then in the data root.
 
     ``mount_floors`` also writes the floor mount before the first request, as
-    the run start did before ``chat/floors/`` was served from memory.
+    the run start did before ``chat/floors/`` was served from memory (each file
+    through a temporary file and a rename, as then).
     """
     assembly = Assembly(data_dir)
     profile = assembly.everything(Scene.CHAT)
@@ -149,7 +151,13 @@ async def first_request(path: Path, data_dir: Path, *, mount_floors: bool) -> tu
     start = time.perf_counter()
     run = Run.start(assembly, RunSpec(profile, chat_file=path, seed=1))
     if mount_floors and run.chat is not None:
-        sync_floors(run.chat.chat(), assembly.data.chat_mount_dir(run.chat.input.stable_chat_id))
+        # As the old run start wrote them: every file through a temporary file and a rename.
+        saved, mount._create = mount._create, mount._put
+        folder = assembly.data.chat_mount_dir(run.chat.input.stable_chat_id)
+        try:
+            sync_floors(run.chat.chat(), folder)
+        finally:
+            mount._create = saved
     engine = Engine(run, ScriptedGateway([first]), fsync=False)
     try:
         await engine.start()
