@@ -318,7 +318,9 @@ class Assembly:
         mount = self.data.chat_mount_dir(stable)
         chat_run = ChatRun(repo, run_input, run_id=run_id, profile_id=profile_id, index_dir=mount)
         chat_run.prime(chat, stamp)  # no second read of the chat at the first chat tool call
-        chat_run.index_in_background()
         prepare_run_mount(run_root, run_input)
         run_input.save(run_root)
+        # Last: from here on the caller owns the build and settles it when it ends
+        # (a failed write above leaves no thread writing into the chat's folder).
+        chat_run.index_in_background()
         return chat_run, chat, run_root

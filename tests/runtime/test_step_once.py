@@ -138,3 +138,37 @@ def test_a_handoff_goes_on_alike_on_a_live_engine_and_on_fresh_ones(tmp_path: Pa
     assert (live.status, live.commits) == (step.status, step.commits) == ("completed", 2)
     assert types(live_run) == types(fresh_run)
     assert types(live_run).count("invocation_started") == 2  # the writer, then the closer
+
+
+class SilentModel:
+    """A model that never answers (a step waits on it until cancelled)."""
+
+    async def respond(self, request: object) -> object:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_a_cancelled_step_can_leave_the_run_to_the_next_step(tmp_path: Path) -> None:
+    """A durable engine's step is cancelled when its worker stops: the run goes on."""
+    h = Harness(tmp_path)
+    run = h.start()
+
+    async def cancelled_step(end_when_cancelled: bool) -> list[str]:
+        engine = h.engine(Run.open(h.assembly, run.run_dir), SilentModel())  # type: ignore[arg-type]
+        asked = types(run).count("model_request")
+        step = asyncio.ensure_future(engine.step_once(end_when_cancelled=end_when_cancelled))
+        while types(run).count("model_request") == asked:  # the step waits on the model
+            await asyncio.sleep(0.01)
+        step.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await step
+        engine.close()
+        return types(run)
+
+    # Left as a lost process leaves it: the next step asks the model again.
+    assert asyncio.run(cancelled_step(False))[-1] == "model_request"
+    ended = asyncio.run(cancelled_step(True))
+    assert ended[-3:] == ["model_request", "model_request", "run_cancelled"]

@@ -203,6 +203,40 @@ def test_a_killed_worker_s_runs_finish_on_the_other_without_repeating_effects(
             assert shell.get("errorCode") is None and "done" in shell["content"], shell
 
 
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stopped_worker_leaves_its_run_to_another(
+    temporal_server: str, tmp_path: Path, stop: signal.Signals
+) -> None:
+    """Stopping a worker (Ctrl-C, or a service manager's SIGTERM) cancels its steps;
+    that must not cancel their runs."""
+    data = tmp_path / "data"
+    workers = Workers(temporal_server, data, "stop")
+    first = workers.start()
+
+    async def scenario(base_url: str) -> dict[str, Any]:
+        args = http_run_args(tmp_path, "chat", base_url)
+        running = asyncio.ensure_future(
+            cli_json(data, *args, *on_temporal(temporal_server, "stop"))
+        )
+        await shell_running(data, [tmp_path / "chat.jsonl"])
+        workers.start()
+        await asyncio.sleep(2)  # the second worker connects
+        first.send_signal(stop)
+        return await asyncio.wait_for(running, 90)
+
+    try:
+        with OpenAIServer(shell_turns(60)) as server:
+            outcome = asyncio.run(scenario(server.base_url))
+    finally:
+        workers.stop_all()
+    assert first.returncode == 0  # stopped cleanly, not killed by the signal
+    assert (outcome["status"], outcome["commits"]) == ("completed", 2)
+    run_dir = Path(outcome["runDir"])
+    assert "run_cancelled" not in kinds(run_dir)
+    shell = payloads(run_dir, "tool_result_stored")[2]["result"]
+    assert shell["errorCode"] == "tool.outcome_unknown"  # cut off, not run again
+
+
 CANCEL_TURNS: list[list[CallSpec]] = [
     [
         ("workspace_write_file", {"file_path": "output/main.md", "content": "Rowan wades in."}),

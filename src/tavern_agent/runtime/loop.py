@@ -266,7 +266,9 @@ class Engine:
             return self._storage_failed(exc)
         return await self._execute(inv, self.resume_at)
 
-    async def step_once(self, *, cancel: bool = False) -> Next | RunResult:
+    async def step_once(
+        self, *, cancel: bool = False, end_when_cancelled: bool = True
+    ) -> Next | RunResult:
         """Do one step of the run; a :class:`RunResult` once it has ended.
 
         The unit of work of a durable engine (one activity each): the state is
@@ -278,6 +280,12 @@ class Engine:
         the chat file), without a ``run_resumed`` event. A handoff starts its
         target here; Finished and Stopped end the run. ``cancel`` ends the run as
         cancelled instead (its open calls paired), unless it had ended already.
+
+        A step whose task is cancelled ends the run as cancelled too, unless
+        ``end_when_cancelled`` is false: then it stops and leaves the journal as
+        a lost process would (a durable engine's step is also cancelled when its
+        worker stops or is taken as lost, and the run then goes on elsewhere;
+        a cancelled run is ended by a ``cancel`` step).
         """
         try:
             if self.journal.seq == 0:
@@ -309,6 +317,8 @@ class Engine:
                 self._invocation_started(step.target)
             return step
         except asyncio.CancelledError:
+            if not cancel and not end_when_cancelled:
+                raise
             self._pair_pending(self.current, cancelled=True)
             self._end("run_cancelled", ErrorCode.RUN_CANCELLED, "The run was cancelled.")
             if not cancel:

@@ -155,16 +155,24 @@ class Run:
         A run that cannot be written whole (a full disk) leaves no folder behind.
         """
         run_id = run_id or new_run_id()
-        made: list[Path] = []
+        made: list[Path | ChatRun] = []
         try:
             return cls._create(assembly, spec, run_id, made)
         except OSError:
-            for folder in made:
-                shutil.rmtree(folder, ignore_errors=True)
+            for thing in made:
+                if isinstance(thing, ChatRun):
+                    # Its index is built on a daemon thread that writes into the
+                    # chat's folder: let it end before the folders go.
+                    thing.settle()
+            for thing in made:
+                if isinstance(thing, Path):
+                    shutil.rmtree(thing, ignore_errors=True)
             raise
 
     @classmethod
-    def _create(cls, assembly: Assembly, spec: RunSpec, run_id: str, made: list[Path]) -> Run:
+    def _create(
+        cls, assembly: Assembly, spec: RunSpec, run_id: str, made: list[Path | ChatRun]
+    ) -> Run:
         profile = spec.profile
         data = assembly.data
         chat_run: ChatRun | None = None
@@ -183,6 +191,7 @@ class Run:
                 run_id=run_id,
                 profile_id=profile.id,
             )
+            made.append(chat_run)
             ws = assembly.workspace(run_dir, Scene.CHAT, profile, chat_run)
             scene = Scene.CHAT
         else:

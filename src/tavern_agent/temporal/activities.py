@@ -130,7 +130,10 @@ class RunActivities:
         beating = asyncio.create_task(self._heartbeat())
         step: object = None
         try:
-            step = await held.engine.step_once(cancel=cancel)
+            # A cancelled step stops without ending the run: it is cancelled when its
+            # worker stops or is taken as lost too, and the run goes on elsewhere. A
+            # cancelled workflow ends the run with the run_cancel activity.
+            step = await held.engine.step_once(cancel=cancel, end_when_cancelled=False)
             return outcome_of(step)
         finally:
             beating.cancel()

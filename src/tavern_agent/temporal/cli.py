@@ -50,7 +50,7 @@ def worker_command(
                 engine_cache=engine_cache,
             )
         )
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM
         pass
     except RuntimeError as exc:  # the server cannot be reached
         raise click.ClickException(str(exc)) from None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 from datetime import timedelta
 from pathlib import Path
 
@@ -39,6 +42,13 @@ async def serve(
     took, so that its next step here does not fold the run's journal again.
     """
     client = await connect(address)
+    # SIGTERM (how service managers stop a process) stops the worker as Ctrl-C does:
+    # its steps are cancelled at once and retried on other workers, instead of
+    # waiting out the heartbeat timeout of a vanished worker.
+    serving = asyncio.current_task()
+    if serving is not None:
+        with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, serving.cancel)
     async with await Assembly.open(data_dir, approver=approver) as assembly:
         activities = RunActivities(assembly, cache=engine_cache)
         worker = Worker(
