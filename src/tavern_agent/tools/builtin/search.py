@@ -88,20 +88,10 @@ async def SEARCH_FILES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
 
 
 def _sources(ws: Workspace, scope: str, explicit: bool) -> Iterator[tuple[str, list[str]]]:
-    """The files to search as ``(folder, names)`` runs of at most :data:`CHUNK` files.
+    """The files of a folder ``scope`` as ``(folder, names)`` runs of at most :data:`CHUNK`.
 
-    A file scope is one run of one file. At most :data:`MAX_FILES` files in all.
+    At most :data:`MAX_FILES` files in all.
     """
-    kind = ws.kind(scope)
-    if kind is None:
-        raise ToolFailure(
-            ErrorCode.WORKSPACE_PATH_NOT_FOUND,
-            f"Nothing at {scope}. Search without path to cover every file.",
-        )
-    if kind == "file":
-        folder, _, name = scope.rpartition("/")
-        yield folder, [name]
-        return
 
     def skip(path: str) -> bool:
         return not explicit and paths.top(path) in DEFAULT_EXCLUDED
@@ -199,6 +189,15 @@ def scan_run(ws: Workspace, folder: str, names: list[str], pattern: Any) -> Scan
 
 def search(ws: Workspace, pattern: Any, scope: str, explicit: bool) -> ToolOutcome:
     """Search every file of ``scope``; runs of files go to the worker process while it keeps up."""
+    kind = ws.kind(scope)
+    if kind is None:
+        raise ToolFailure(
+            ErrorCode.WORKSPACE_PATH_NOT_FOUND,
+            f"Nothing at {scope}. Search without path to cover every file.",
+        )
+    if kind == "file":  # a file named on its own is read whole, whatever its size
+        one = scan_file(scope, ws.read_bytes(scope), pattern, prefilter(pattern.pattern))
+        return _outcome(scope, 1, [] if one is None else [one])
     parts: list[tuple[str, list[str], Scanned | Future[Scanned]]] = []
     helper = search_worker.helper()
     for folder, names in _sources(ws, scope, explicit):
@@ -212,6 +211,11 @@ def search(ws: Workspace, pattern: Any, scope: str, explicit: bool) -> ToolOutco
             part = search_worker.result(part, partial(scan_run, ws, folder, names, pattern))
         searched += part[0]
         found.extend(part[1])
+    return _outcome(scope, searched, found)
+
+
+def _outcome(scope: str, searched: int, found: list[FileHits]) -> ToolOutcome:
+    """The model's result: the first matching lines in file order, and the totals."""
     total = sum(f.total for f in found)
     if total == 0:
         where = scope or "the searchable files"
