@@ -80,10 +80,12 @@ async def test_the_shell_gets_a_disk_copy_at_its_first_call_kept_in_step(tmp_pat
     shown = await agent("workspace_shell", command="cat /chat/floors/000002/message.md; ls /chat")
     assert "three" in shown.content and "floors" in shown.content
     assert sorted(os.listdir(agent.mount / "floors")) == ["000000", "000001", "000002"]
+    assert agent.chat.floors_on_disk_ready()  # later calls need no sync (and no thread hop)
     # An edit of the chat file reaches the copy at the next shell call.
     chat.write_text(chat.read_text(encoding="utf-8").replace('"three"', '"THREE"'), "utf-8")
+    assert not agent.chat.floors_on_disk_ready()
     again = await agent("workspace_shell", command="cat /chat/floors/000002/message.md")
-    assert "THREE" in again.content
+    assert "THREE" in again.content and agent.chat.floors_on_disk_ready()
 
 
 def test_a_long_floor_copy_shows_a_progress_bar_for_the_shell(

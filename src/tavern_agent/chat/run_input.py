@@ -345,6 +345,13 @@ class ChatRun:
                 self._on_disk = (stamp, self._sync_disk(self.index_dir))
             return self._on_disk[1]
 
+    def floors_on_disk_ready(self) -> bool:
+        """Whether the floor copy is in step with the chat now (one ``stat``, no lock wait)."""
+        if self.index_dir is None:
+            return True
+        done, stamp = self._on_disk, self._stamp()
+        return done is not None and stamp is not None and done[0] == stamp
+
     def _sync_disk(self, mount_dir: Path) -> Path | None:
         try:
             chat = self.chat()

@@ -45,6 +45,10 @@ class FloorFiles(Protocol):
         """A host folder holding the floors in the same layout (for the shell), or ``None``."""
         ...
 
+    def floors_on_disk_ready(self) -> bool:
+        """Whether :meth:`floors_on_disk` would answer at once (no copy to write)."""
+        ...
+
 
 def floor_name(index: int) -> str:
     return f"{index:06d}"

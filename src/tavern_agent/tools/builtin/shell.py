@@ -306,9 +306,12 @@ async def SHELL(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     if ctx.cancelled.is_set():
         return _cancelled_before()
     limits = ctx.snapshot.shell_limits
-    if ws.chat_floors is not None and CHAT_MOUNT in ws.policy.visible:
-        # The first call syncs the floor copy the sandbox mounts: a file per floor.
-        await asyncio.to_thread(ws.chat_floors.floors_on_disk)
+    floors = ws.chat_floors
+    if floors is not None and CHAT_MOUNT in ws.policy.visible and not floors.floors_on_disk_ready():
+        # The first call syncs the floor copy the sandbox mounts: a file per floor,
+        # off the event loop. Later calls skip the thread hop (about 0.4 ms, a
+        # third of a small call).
+        await asyncio.to_thread(floors.floors_on_disk)
     deadline = time.monotonic() + limits.timeout_seconds
     try:
         sandbox, key = POOL.take(ws, limits, cwd, deadline)
