@@ -79,6 +79,11 @@ def _run(scenario: str, out: Path) -> str | None:
     return None if done.returncode == 0 else done.stdout[-3000:] + done.stderr[-1000:]
 
 
+def _timing(text: str) -> bool:
+    """Whether a scenario failed on time (a timeout, a measured wait) rather than on behaviour."""
+    return any(m in text for m in ("TIMED OUT", "timed out", "too early", "too late"))
+
+
 def test_every_non_draft_client_scenario(tmp_path: Path) -> None:
     def run(scenario: str) -> str | None:
         return _run(scenario, tmp_path / scenario.replace("/", "_"))
@@ -88,5 +93,10 @@ def test_every_non_draft_client_scenario(tmp_path: Path) -> None:
         outcomes = dict(zip(together, pool.map(run, together), strict=True))
     outcomes |= {scenario: run(scenario) for scenario in TIMED}
     assert set(outcomes) == set(SCENARIOS)
+    # The suite's servers give the client a few seconds per request; a scenario
+    # that ran out of time beside three others on two busy cores (it happened to
+    # elicitation once) gets one more try alone. A real failure fails twice.
+    for scenario in [s for s, text in outcomes.items() if text is not None and _timing(text)]:
+        outcomes[scenario] = run(scenario)
     failed = {name: text for name, text in outcomes.items() if text is not None}
     assert not failed, "\n\n".join(f"== {name}\n{text}" for name, text in failed.items())
