@@ -88,7 +88,9 @@ class RequestEncoder:
             texts, first = self._extend(prefix, rest, snapshot)[:2]
         top, leading = self.codec.history_frame(transcript.system, first)
         history = ",".join([*map(_dumps, leading), *texts])
-        frame_key = (model, max_tokens, choice, strict, _dumps(top))
+        # The system text and snapshot are the prefix's own (a change starts a new
+        # prefix), so only the request's own settings can change the frame.
+        frame_key = (model, max_tokens, choice, strict)
         if prefix.frame is None or prefix.frame[0] != frame_key:
             body = self.codec.request_head(model, max_tokens)
             body[self.codec.history_key] = self._marker

@@ -23,8 +23,10 @@ import json
 import random
 import secrets
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -155,24 +157,19 @@ class Run:
         A run that cannot be written whole (a full disk) leaves no folder behind.
         """
         run_id = run_id or new_run_id()
-        made: list[Path | ChatRun] = []
+        undo: list[Callable[[], None]] = []
         try:
-            return cls._create(assembly, spec, run_id, made)
+            return cls._create(assembly, spec, run_id, undo)
         except OSError:
-            for thing in made:
-                if isinstance(thing, ChatRun):
-                    # Its index is built on a daemon thread that writes into the
-                    # chat's folder: let it end before the folders go.
-                    thing.settle()
-            for thing in made:
-                if isinstance(thing, Path):
-                    shutil.rmtree(thing, ignore_errors=True)
+            for step in reversed(undo):
+                step()
             raise
 
     @classmethod
     def _create(
-        cls, assembly: Assembly, spec: RunSpec, run_id: str, made: list[Path | ChatRun]
+        cls, assembly: Assembly, spec: RunSpec, run_id: str, undo: list[Callable[[], None]]
     ) -> Run:
+        """The run; ``undo`` gathers what takes back each thing made, in order."""
         profile = spec.profile
         data = assembly.data
         chat_run: ChatRun | None = None
@@ -181,7 +178,7 @@ class Run:
 
             def root(stable: str) -> Path:
                 folder = data.chat_run(stable, run_id, profile).root
-                made.append(folder)
+                undo.append(partial(shutil.rmtree, folder, ignore_errors=True))
                 return folder
 
             source = spec.chat or ChatSource(spec.chat_file, spec.books, spec.card, spec.seed)
@@ -191,14 +188,16 @@ class Run:
                 run_id=run_id,
                 profile_id=profile.id,
             )
-            made.append(chat_run)
+            # Its index is built on a daemon thread that writes into the chat's
+            # folder: undone before the folders go (undo runs in reverse).
+            undo.append(chat_run.settle)
             ws = assembly.workspace(run_dir, Scene.CHAT, profile, chat_run)
             scene = Scene.CHAT
         else:
             ws = data.session(spec.session or "default", profile)
             run_dir = ws.root / "runs" / run_id
             scene = Scene.SESSION
-            made.append(run_dir)
+            undo.append(partial(shutil.rmtree, run_dir, ignore_errors=True))
         run_dir.mkdir(parents=True, exist_ok=True)
         record = {
             "schemaVersion": SCHEMA_VERSION,
