@@ -84,7 +84,7 @@ from tavern_agent.runtime.policy import (
 )
 from tavern_agent.runtime.prompt import text_turn_reminder
 from tavern_agent.runtime.run import Run
-from tavern_agent.runtime.turns import Finished, HandedOff, Next, NextRound, Stopped
+from tavern_agent.runtime.turns import Finished, HandedOff, Next, NextCall, NextRound, Stopped
 from tavern_agent.tools.snapshot import ToolBinding
 from tavern_agent.workspace.roots import MESSAGE_BODY
 from tavern_agent.workspace.store import WorkspaceEscape
@@ -267,9 +267,18 @@ class Engine:
         return await self._execute(inv, self.resume_at)
 
     async def step_once(
-        self, *, cancel: bool = False, end_when_cancelled: bool = True
-    ) -> Next | RunResult:
+        self,
+        *,
+        cancel: bool = False,
+        end_when_cancelled: bool = True,
+        one_call: bool = False,
+        call_id: str | None = None,
+    ) -> Next | NextCall | RunResult:
         """Do one step of the run; a :class:`RunResult` once it has ended.
+
+        A step is one model request, or one turn's calls; with ``one_call`` it
+        is one model request or ONE call (see :meth:`_one_step`), and a
+        :class:`NextCall` says which call of the open turn runs next.
 
         The unit of work of a durable engine (one activity each): the state is
         the fold of the journal, so any worker can take the next step. A fresh
@@ -301,7 +310,10 @@ class Engine:
                 raise asyncio.CancelledError
             inv, step_at = self.current, self.resume_at
             self.resume_at = None  # acted on now; a live engine's next step must not repeat it
-            if step_at is None:
+            step: Next | NextCall
+            if one_call:
+                step = await self._one_step(inv, step_at, call_id)
+            elif step_at is None:
                 step = await self._step(inv)
             else:  # the journal ended after a finish or a handoff was accepted
                 turn = inv.last_turn()
@@ -400,6 +412,7 @@ class Engine:
         return self._fail(ErrorCode.RUN_STORAGE_FAILED, f"{type(exc).__name__}: {exc}")
 
     async def _drive(self, inv: Invocation, first: Next | None) -> RunResult:
+        step: Next | NextCall  # a NextCall only from a step of one call; never here
         if first is not None:  # resumed where the journal ended: pair what was cut off
             turn = inv.last_turn()
             if turn is not None and inv.pending_calls():
@@ -417,7 +430,35 @@ class Engine:
                 self._invocation_started(inv)
             step = await self._step(inv)
 
-    async def _step(self, inv: Invocation) -> Next:
+    async def _one_step(
+        self, inv: Invocation, step_at: Next | None, call_id: str | None
+    ) -> Next | NextCall:
+        """One model request (``call_id`` None), or the open turn's call ``call_id``.
+
+        The call runs only if it is the turn's next call without a result: a
+        retried step never runs a call it was not asked for. The turn's end
+        (auto-publish, the budget stop, the journal barrier) follows its last
+        call in the same step; a step whose call has a result already does the
+        turn's end again, which changes nothing if it was done. A model step
+        asks nothing while calls are open (its reply was stored before the step
+        was cut off): it says which call runs next.
+        """
+        turn = inv.last_turn()
+        if turn is not None and any(rc.call_id == call_id for rc in turn.calls):
+            return await self._run_calls(inv, turn, only=call_id, after=step_at)
+        pending = inv.pending_calls()
+        if pending:
+            self.resume_at = step_at
+            return NextCall(pending[0])
+        if step_at is not None:  # a finish or a handoff accepted at the turn's end
+            return step_at
+        if call_id is not None:  # the call's turn has ended (a handoff's target goes on)
+            return NextRound()
+        step = await self._step(inv)
+        pending = inv.pending_calls()
+        return NextCall(pending[0]) if isinstance(step, NextRound) and pending else step
+
+    async def _step(self, inv: Invocation) -> Next | NextCall:
         """One step of a root invocation: run its open turn, or ask the model again."""
         turn = inv.last_turn()
         if turn is not None and inv.pending_calls():
@@ -535,9 +576,21 @@ class Engine:
         inv.transcript = inv.transcript.append(message)
 
     async def _run_calls(
-        self, inv: Invocation, message: AssistantMessage, number: int | None = None
-    ) -> Next:
-        """Run a turn's calls in order (those without a result yet); say what comes next."""
+        self,
+        inv: Invocation,
+        message: AssistantMessage,
+        number: int | None = None,
+        *,
+        only: str | None = None,
+        after: Next | None = None,
+    ) -> Next | NextCall:
+        """Run a turn's calls in order (those without a result yet); say what comes next.
+
+        ``only`` runs that call alone: the calls stop at the first one without
+        a result that is another, which is returned as the :class:`NextCall`;
+        the turn's end runs once no call is left. ``after`` is a finish or a
+        handoff accepted by an earlier call of the turn (in an earlier step).
+        """
         number = self.rounds if number is None else number
         calls = message.calls
         if message.finish.truncated:
@@ -552,12 +605,14 @@ class Engine:
         # which counts as the turn's last call when only handoffs follow it.
         handoff = inv.snapshot.name_of(HANDOFF)
         handoffs_seen = 0
-        step: Next = NextRound()
+        step: Next = NextRound() if after is None else after
         for index, rc in enumerate(calls):
             is_handoff = handoff is not None and rc.name == handoff
             handoffs_seen += is_handoff
             if rc.call_id in inv.resulted:
                 continue
+            if only is not None and rc.call_id != only:
+                return self._call_end(step, rc.call_id)
             if rc.call_id in inv.requested:  # started before an interruption
                 path = self.confirmed_calls.get(rc.call_id)
                 result = (
@@ -581,6 +636,18 @@ class Engine:
             if after is not None:
                 step = after
         return self._turn_end(inv, number, step)
+
+    def _call_end(self, step: Next, next_call: str) -> NextCall:
+        """The end of a step of one call, when more calls of the turn are open."""
+        # An accepted finish or handoff waits for the turn's end, as the journal's
+        # fold would find it on a fresh engine.
+        self.resume_at = None if isinstance(step, NextRound) else step
+        # The step's end is recorded elsewhere (a durable engine's activity completes)
+        # and the next call may run on a fresh engine: the journal must be durable and
+        # the read states saved now, not at the turn's end.
+        self.journal.sync()
+        self._checkpoint()
+        return NextCall(next_call)
 
     def _turn_end(self, inv: Invocation, number: int, step: Next) -> Next:
         """Auto-publish and the no-stranding rule (root invocations), then a checkpoint."""

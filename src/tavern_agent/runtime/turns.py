@@ -46,3 +46,15 @@ class Stopped:
 
 
 Next = NextRound | Finished | HandedOff | Stopped
+
+
+@dataclass(frozen=True, slots=True)
+class NextCall:
+    """The open turn has calls without a result; ``call_id`` runs next.
+
+    Only a step of one call at a time returns it (``Engine.step_once(one_call=True)``,
+    a durable engine's activity per tool call): the next step runs that call, not a
+    model request. The loop's policy never sees it.
+    """
+
+    call_id: str
