@@ -88,6 +88,17 @@ async def steps_by_worker(address: str, run_ids: list[str]) -> dict[int, set[str
     return runs
 
 
+async def activity_types(address: str, run_id: str) -> list[str]:
+    """The names of the activities the run's workflow scheduled, in order."""
+    client = await connect(address)
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    return [
+        event.activity_task_scheduled_event_attributes.activity_type.name
+        for event in history.events
+        if event.HasField("activity_task_scheduled_event_attributes")
+    ]
+
+
 async def running_step_worker(address: str, run_id: str) -> int | None:
     """The process id of the worker running the run's step now (None between steps)."""
     client = await connect(address)

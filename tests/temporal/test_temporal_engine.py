@@ -27,6 +27,7 @@ from tests.runtime.helpers import example_run_args
 from tests.runtime.openai_server import CallSpec, OpenAIServer
 from tests.temporal.conftest import ROOT, Workers
 from tests.temporal.helpers import (
+    activity_types,
     cli_command,
     cli_env,
     cli_json,
@@ -89,22 +90,28 @@ def test_the_recorded_run_on_temporal_matches_the_local_engine(
     workers = Workers(temporal_server, data, "same-journal")
     workers.start()
 
-    async def both() -> tuple[dict[str, Any], dict[str, Any]]:
+    async def both() -> tuple[dict[str, Any], dict[str, Any], list[str]]:
         # Its own data root: the same chat on one root shares its persist/ notes.
         local = await cli_json(tmp_path / "local", *example_run_args(tmp_path, "local"))
         remote_args = example_run_args(tmp_path, "remote")
         remote = await cli_json(data, *remote_args, *on_temporal(temporal_server, "same-journal"))
-        return local, remote
+        return local, remote, await activity_types(temporal_server, remote["runId"])
 
     try:
-        local, remote = asyncio.run(both())
+        local, remote, activities = asyncio.run(both())
     finally:
         workers.stop_all()
     assert remote["status"] == local["status"] == "completed"
     assert remote["commits"] == local["commits"] == 3
     assert remote["committedMessage"] == local["committedMessage"]
-    assert kinds(Path(remote["runDir"])) == kinds(Path(local["runDir"]))
+    events = kinds(Path(remote["runDir"]))
+    assert events == kinds(Path(local["runDir"]))
     assert len(run_messages(tmp_path / "remote.jsonl", remote["runId"])) == 1
+    # Each model request and each tool call was an activity of its own.
+    calls = events.count("tool_call_requested")
+    assert activities.count("model_request") == events.count("model_request") == 8
+    assert activities.count("tool_call") == calls == 15
+    assert len(activities) == 8 + 15
 
 
 def test_concurrent_runs_spread_over_two_workers_each_commit_once(

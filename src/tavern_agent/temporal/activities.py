@@ -1,6 +1,7 @@
-"""The run's activities: one step of a run, and its cancellation, on any worker.
+"""The run's activities on any worker: a model request, a tool call, a cancellation.
 
-A step needs the run's :class:`~tavern_agent.runtime.loop.Engine` with the
+Each is one step of the run's engine (``Engine.step_once(one_call=True)``); a
+step needs the run's :class:`~tavern_agent.runtime.loop.Engine` with the
 fold of its journal. A worker keeps the engine of each run whose last step it
 took (:class:`EngineCache`) and goes on from it while the journal is as that
 engine left it; a run whose journal grew elsewhere (its steps moved to another
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,11 +27,25 @@ from tavern_agent.providers.gateway import ModelGateway
 from tavern_agent.runtime.engines import gateway_for
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run
-from tavern_agent.temporal.workflow import CANCEL_ACTIVITY, STEP_ACTIVITY, StepOutcome
+from tavern_agent.runtime.turns import NextCall
+from tavern_agent.temporal.workflow import (
+    CALL_ACTIVITY,
+    CANCEL_ACTIVITY,
+    MODEL_ACTIVITY,
+    STEP_ACTIVITY,
+    CallInput,
+    StepOutcome,
+)
 
 
 def outcome_of(step: object) -> StepOutcome:
-    """The activity's answer: the step's kind, or the result of the run that ended."""
+    """The activity's answer: what comes next, or the result of the run that ended.
+
+    Small on purpose: Temporal keeps it in the workflow's history, where a run's
+    content (replies, tool results) does not belong; that is in the journal.
+    """
+    if isinstance(step, NextCall):
+        return StepOutcome(kind="NextCall", call_id=step.call_id)
     if not isinstance(step, RunResult):
         return StepOutcome(kind=type(step).__name__)
     return StepOutcome(
@@ -111,17 +127,41 @@ class RunActivities:
         self.heartbeat_every = heartbeat_every
         self.engines = EngineCache(limit=256 if cache else 0)
 
+    @activity.defn(name=MODEL_ACTIVITY)
+    async def model_request(self, run_dir: str) -> StepOutcome:
+        """The run's next model request (none while calls of its turn are open)."""
+        return await self._with_engine(run_dir, one_call=True)
+
+    @activity.defn(name=CALL_ACTIVITY)
+    async def tool_call(self, call: CallInput) -> StepOutcome:
+        """The run's call ``call.call_id`` if it is the next one (then the turn's end
+        after its last call); a call with a result already is not run again."""
+        return await self._with_engine(call.run_dir, one_call=True, call_id=call.call_id)
+
     @activity.defn(name=STEP_ACTIVITY)
     async def run_step(self, run_dir: str) -> StepOutcome:
-        """One step of the run in ``run_dir`` (see :meth:`Engine.step_once`)."""
-        return await self._with_engine(run_dir, cancel=False)
+        """One step (a model request, or a turn's calls): runs started before the
+        activity per call still schedule it."""
+        return await self._with_engine(run_dir)
 
     @activity.defn(name=CANCEL_ACTIVITY)
     async def run_cancel(self, run_dir: str) -> StepOutcome:
         """End the run in ``run_dir`` as cancelled, pairing its open calls."""
         return await self._with_engine(run_dir, cancel=True)
 
-    async def _with_engine(self, run_dir: str, *, cancel: bool) -> StepOutcome:
+    @property
+    def activities(self) -> list[Callable[..., Awaitable[StepOutcome]]]:
+        """The activities a worker registers."""
+        return [self.model_request, self.tool_call, self.run_step, self.run_cancel]
+
+    async def _with_engine(
+        self,
+        run_dir: str,
+        *,
+        cancel: bool = False,
+        one_call: bool = False,
+        call_id: str | None = None,
+    ) -> StepOutcome:
         held = await self.engines.take(run_dir)
         if held is None:
             run = Run.open(self.assembly, Path(run_dir))
@@ -133,7 +173,9 @@ class RunActivities:
             # A cancelled step stops without ending the run: it is cancelled when its
             # worker stops or is taken as lost too, and the run goes on elsewhere. A
             # cancelled workflow ends the run with the run_cancel activity.
-            step = await held.engine.step_once(cancel=cancel, end_when_cancelled=False)
+            step = await held.engine.step_once(
+                cancel=cancel, end_when_cancelled=False, one_call=one_call, call_id=call_id
+            )
             return outcome_of(step)
         finally:
             beating.cancel()

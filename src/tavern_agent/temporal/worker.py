@@ -55,7 +55,7 @@ async def serve(
             client,
             task_queue=task_queue,
             workflows=[RunWorkflow],
-            activities=[activities.run_step, activities.run_cancel],
+            activities=activities.activities,
             max_concurrent_activities=concurrency,
             sticky_queue_schedule_to_start_timeout=STICKY_WAIT,
         )
