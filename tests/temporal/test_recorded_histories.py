@@ -18,9 +18,25 @@ from tavern_agent.temporal.workflow import RunWorkflow
 HISTORIES = Path(__file__).resolve().parents[1] / "data" / "temporal-histories"
 
 
-@pytest.mark.parametrize("name", ["run-completed", "run-cancelled-mid-step"])
+# run-completed and run-cancelled-mid-step: one activity per step (a model request, or
+# a whole turn's calls); run-completed-per-call: one per model request and per call.
+@pytest.mark.parametrize(
+    "name", ["run-completed", "run-cancelled-mid-step", "run-completed-per-call"]
+)
 def test_a_recorded_history_replays_on_today_s_workflow(name: str) -> None:
     text = (HISTORIES / f"{name}.json").read_text(encoding="utf-8")
     history = WorkflowHistory.from_json(f"wf-{name}", text)
     result = asyncio.run(Replayer(workflows=[RunWorkflow]).replay_workflow(history))
     assert result.replay_failure is None
+
+
+def test_the_per_call_history_has_an_activity_per_model_request_and_per_call() -> None:
+    text = (HISTORIES / "run-completed-per-call.json").read_text(encoding="utf-8")
+    history = WorkflowHistory.from_json("wf-per-call", text)
+    names = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    # The example run: 8 model requests and 15 calls.
+    assert (names.count("model_request"), names.count("tool_call"), len(names)) == (8, 15, 23)
