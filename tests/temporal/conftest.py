@@ -41,13 +41,12 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], seconds: float = 30
     raise AssertionError(f"the Temporal dev server did not listen on {port}")
 
 
-@pytest.fixture(scope="module")
-def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """HOST:PORT of a dev server on a free port with a temporary database."""
+@contextlib.contextmanager
+def dev_server(db: Path, *options: str) -> Iterator[str]:
+    """HOST:PORT of a dev server on a free port with the database ``db``."""
     port = free_port()
-    db = tmp_path_factory.mktemp("temporal") / "temporal.db"
     cmd = [_temporal_cli(), "server", "start-dev", "--headless", "--ip", "127.0.0.1"]
-    cmd += ["--port", str(port), "--db-filename", str(db), "--log-level", "error"]
+    cmd += ["--port", str(port), "--db-filename", str(db), "--log-level", "error", *options]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for_port(port, proc)
@@ -59,6 +58,27 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """HOST:PORT of a dev server on a free port with a temporary database."""
+    with dev_server(tmp_path_factory.mktemp("temporal") / "temporal.db") as address:
+        yield address
+
+
+# A workflow's history this long (events) makes the server suggest continuing as new;
+# the default is thousands, far more than a test run makes.
+SHORT_HISTORY = 40
+
+
+@pytest.fixture(scope="module")
+def short_history_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A dev server that suggests continue-as-new after ``SHORT_HISTORY`` events."""
+    db = tmp_path_factory.mktemp("temporal-short") / "temporal.db"
+    option = f"limit.historyCount.suggestContinueAsNew={SHORT_HISTORY}"
+    with dev_server(db, "--dynamic-config-value", option) as address:
+        yield address
 
 
 class Workers:

@@ -99,6 +99,22 @@ async def activity_types(address: str, run_id: str) -> list[str]:
     ]
 
 
+async def workflow_runs(address: str, run_id: str) -> list[str | None]:
+    """For each workflow run a run took (continue-as-new starts one more), newest first:
+    the call its input named as the first activity (None: a model request)."""
+    client = await connect(address)
+    handle = client.get_workflow_handle(run_id)
+    firsts: list[str | None] = []
+    while True:
+        history = await handle.fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        (params,) = [json.loads(p.data) for p in started.input.payloads]
+        firsts.append(params.get("next_call"))
+        if not started.continued_execution_run_id:  # the first run
+            return firsts
+        handle = client.get_workflow_handle(run_id, run_id=started.continued_execution_run_id)
+
+
 async def running_step_worker(address: str, run_id: str) -> int | None:
     """The process id of the worker running the run's step now (None between steps)."""
     client = await connect(address)

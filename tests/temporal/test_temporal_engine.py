@@ -38,6 +38,7 @@ from tests.temporal.helpers import (
     run_messages,
     running_step_worker,
     steps_by_worker,
+    workflow_runs,
 )
 
 pytestmark = pytest.mark.slow
@@ -112,6 +113,32 @@ def test_the_recorded_run_on_temporal_matches_the_local_engine(
     assert activities.count("model_request") == events.count("model_request") == 8
     assert activities.count("tool_call") == calls == 15
     assert len(activities) == 8 + 15
+
+
+def test_a_long_run_continues_as_new_and_ends_as_on_the_local_engine(
+    short_history_server: str, tmp_path: Path
+) -> None:
+    """A server that finds the history long suggests continuing as new: the run goes
+    on in new workflow runs (between two calls of a turn too) and ends the same."""
+    data = tmp_path / "data"
+    workers = Workers(short_history_server, data, "long")
+    workers.start()
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], list[str | None]]:
+        local = await cli_json(tmp_path / "local", *example_run_args(tmp_path, "local"))
+        args = example_run_args(tmp_path, "remote")
+        remote = await cli_json(data, *args, *on_temporal(short_history_server, "long"))
+        return local, remote, await workflow_runs(short_history_server, remote["runId"])
+
+    try:
+        local, remote, runs = asyncio.run(scenario())
+    finally:
+        workers.stop_all()
+    assert (remote["status"], remote["commits"]) == ("completed", 3)
+    assert kinds(Path(remote["runDir"])) == kinds(Path(local["runDir"]))
+    # 23 activities, about 6 history events each, 40 events a run
+    assert len(runs) >= 3, runs
+    assert any(first is not None for first in runs), runs  # one began with a call
 
 
 def test_concurrent_runs_spread_over_two_workers_each_commit_once(
