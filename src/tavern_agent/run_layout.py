@@ -22,6 +22,8 @@ model-visible ones), with ``/`` separators::
     tool-results/<inv>/round-NNN-call_<hex>.raw.json   the spilled result's raw reply (audit)
     tool-results/<inv>/round-NNN-call_<hex>-K.<ext>    files a reply brought (images, resources)
     scratch/turn-NNN.md                             text of a turn without tool calls
+    .step.lock                                      held by a durable engine's step (one
+                                                    writer of the journal at a time)
 
 This module imports nothing from the project, so every layer may use it.
 """
@@ -32,6 +34,7 @@ import hashlib
 
 RUN_FILE = "run.json"
 JOURNAL_FILE = "events.jsonl"
+STEP_LOCK_FILE = ".step.lock"
 CHECKPOINT_FILE = "checkpoints/state.json"
 CLI_READS_FILE = "checkpoints/cli-reads.json"
 CHAT_INPUT_FILE = "input/chat.json"

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from tavern_agent.providers.gateway import ModelGateway
-from tavern_agent.runtime.engines import TemporalEngine
 from tavern_agent.runtime.loop import RunResult
 from tavern_agent.runtime.run import Run
 from tavern_agent.runtime.scripted import (
@@ -81,15 +80,6 @@ def test_runs_cancel_pairs_the_open_calls_of_a_stopped_local_run(tmp_path: Path)
     assert paired == ["run.cancelled", "run.cancelled"]
     assert [e["type"] for e in events(run)][-1] == "run_cancelled"
     assert len(h.chat_messages()) == 3  # nothing was committed
-
-
-def test_the_temporal_engine_refuses_a_profile_that_delegates(tmp_path: Path) -> None:
-    h, root = setup(tmp_path)
-    run = h.start(root)
-    # refused before any connection: nothing listens on this address
-    with pytest.raises(ValueError, match="agent delegation, which runs on the local engine"):
-        asyncio.run(TemporalEngine("127.0.0.1:9").execute(run))
-    assert types(run) == []
 
 
 def live_steps_to_end(h: Harness, run: Run, gateway: ModelGateway) -> RunResult:

@@ -8,8 +8,14 @@ reaches into the loop itself):
 * ``agent.delegate`` checks the target (callable, caller allowed, operation
   allowed) and the caller's limits, then starts a return-mode child Invocation
   (its own snapshot, prompt, gate and budget; the same workspace through its own
-  roots) as a background asyncio task and answers ``{taskId, status, agentId}``.
-* ``agent.await`` waits on ``done`` events only: it never drives a task.
+  roots) and answers ``{taskId, status, agentId}``. In one process the child runs
+  as a background asyncio task; on a durable engine (``background=False``) the
+  engine's host drives it (a child workflow whose steps are
+  :meth:`~tavern_agent.runtime.loop.Engine.step_task`).
+* ``agent.await`` waits on ``done`` events only: it never drives a task. On a
+  durable engine it does not block: it journals ``task_await_waiting`` and raises
+  :class:`AwaitingTasks`, the step ends, and the host continues the call once
+  the tasks ended or the timeout passed.
 * ``task.return`` writes ``summaries/<key>-result.md``, journals the result
   record with ``task_finished`` and ends the child.
 * ``agent.handoff`` ends the caller's part: :meth:`AgentTasks.handoff` returns
@@ -17,7 +23,10 @@ reaches into the loop itself):
   and the loop continues the run with it.
 
 Journal events: ``task_started`` and ``task_finished`` (with the child's and the
-parent's invocation ids), ``task_results_injected``, ``handoff_accepted``.
+parent's invocation ids), ``task_results_injected``, ``task_await_waiting``,
+``handoff_accepted``. :meth:`AgentTasks.fold` rebuilds the tasks from them, so
+a resumed run (or a durable engine's next step, on any worker) goes on with
+its children.
 
 A child's records live in the journal (its prompt in ``invocation_started``, its
 result in ``task_finished``); the files it adds to the run are its model
@@ -236,6 +245,7 @@ class AgentTask:
     result: dict[str, Any] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     seen: bool = False
+    reminded: bool = False  # told once that a turn without a call returns nothing
     runner: asyncio.Task[None] | None = None
 
     @property
@@ -287,6 +297,21 @@ def _error(
     return AgentToolResult.failure(rc.call_id, binding.tool_id, code, text, **details)
 
 
+class AwaitingTasks(Exception):
+    """An ``agent.await`` call that would block, on a durable engine: the step ends here.
+
+    Its host waits for the tasks (at most ``timeout_ms``), then continues the
+    call (:meth:`AgentTasks.wait` with ``block=False``).
+    """
+
+    def __init__(self, call_id: str, task_ids: Sequence[str], mode: str, timeout_ms: int) -> None:
+        super().__init__(f"call {call_id} waits for {', '.join(task_ids)}")
+        self.call_id = call_id
+        self.task_ids = tuple(task_ids)
+        self.mode = mode
+        self.timeout_ms = timeout_ms
+
+
 class AgentHost(Protocol):
     """What the delegation part needs from the run loop, and nothing more."""
 
@@ -312,12 +337,21 @@ class AgentHost(Protocol):
 class AgentTasks:
     """The delegated tasks of one run and the agent effects' application."""
 
-    def __init__(self, engine: AgentHost, source: ProfileSource) -> None:
+    def __init__(
+        self, engine: AgentHost, source: ProfileSource, *, background: bool = True
+    ) -> None:
         self.engine = engine
         self.source = source
+        # True: children run as asyncio tasks of this process; False: a durable
+        # engine's host drives them, one step at a time, and await does not block.
+        self.background = background
         self.tasks: dict[str, AgentTask] = {}
         self.by_inv: dict[str, AgentTask] = {}
         self.child_snapshots: dict[str, ToolSnapshot] = {}  # by agent id
+        # await calls left waiting, by (invocation id, call id): call ids are the model's
+        # and need not be unique across invocations
+        self.awaiting: dict[tuple[str, str], AwaitRequested] = {}
+        self._started: dict[str, dict[str, Any]] = {}  # task_started payloads, by child inv id
 
     def caller(self, inv: Invocation) -> Profile:
         return inv.profile or self.engine.run.profile
@@ -334,7 +368,7 @@ class AgentTasks:
         if isinstance(effect, DelegateRequested):
             return self.delegate(inv, rc, binding, effect)
         if isinstance(effect, AwaitRequested):
-            return await self.wait(inv, rc, binding, effect)
+            return await self.wait(inv, rc, binding, effect, block=self.background)
         if isinstance(effect, TaskReturned):
             return self.task_return(inv, rc, binding, effect)
         raise TypeError(f"not an agent effect: {effect!r}")
@@ -432,7 +466,8 @@ class AgentTasks:
             },
         )
         engine.invocation_started(child)
-        task.runner = asyncio.get_running_loop().create_task(engine.drive_child(task))
+        if self.background:
+            task.runner = asyncio.get_running_loop().create_task(engine.drive_child(task))
         text = f"Started {task_id} for agent {target.id}; it runs in the background. " + (
             f"Collect its result with {waiter}."
             if waiter
@@ -452,7 +487,8 @@ class AgentTasks:
         known = self.child_snapshots.get(target.id)
         if known is not None and replace(fresh, id=known.id) == known:
             return known
-        # no fsync: see Run.add_invocation (a child is never resumed)
+        # No fsync, like the child's other records: a child whose snapshot a power
+        # failure took is not resumed (its caller is not told about it again).
         fresh.save(run.run_dir / run_layout.snapshot_file(fresh.id), durable=False)
         self.child_snapshots[target.id] = fresh
         return fresh
@@ -460,8 +496,16 @@ class AgentTasks:
     # ------------------------------------------------------------ await
 
     async def wait(
-        self, inv: Invocation, rc: RecordedCall, binding: ToolBinding, effect: AwaitRequested
+        self,
+        inv: Invocation,
+        rc: RecordedCall,
+        binding: ToolBinding,
+        effect: AwaitRequested,
+        *,
+        block: bool = True,
     ) -> AgentToolResult:
+        """The await call's result; ``block=False`` answers now (the host waited already),
+        or raises :class:`AwaitingTasks` the first time the call would wait."""
         mine = self.owned(inv)
         delegate = inv.snapshot.name_of(DELEGATE)
         if not mine:
@@ -491,7 +535,14 @@ class AgentTasks:
         if mode == "allCompleted" or (mode == "nextCompleted" and not news):
             wait_for = running
         timed_out = False
-        if wait_for:
+        continued = self.awaiting.pop((inv.id, rc.call_id), None) is not None
+        if wait_for and not block:
+            if not continued:  # the first time: the step ends and the host waits
+                self._wait_outside(inv, rc, effect, wait_for)
+            # The host waited until enough tasks ended or the timeout passed, and
+            # still none that this call waits for ended: it timed out.
+            timed_out = True
+        elif wait_for:
             how = asyncio.ALL_COMPLETED if mode == "allCompleted" else asyncio.FIRST_COMPLETED
             waiters = [asyncio.ensure_future(t.done.wait()) for t in wait_for]
             try:
@@ -522,6 +573,27 @@ class AgentTasks:
         text = f"{head}\n{_report(entries)}"
         structured = {"mode": mode, "timedOut": timed_out, "tasks": entries}
         return _result(rc, binding, text, structured)
+
+    def _wait_outside(
+        self, inv: Invocation, rc: RecordedCall, effect: AwaitRequested, tasks: list[AgentTask]
+    ) -> None:
+        """Leave the call waiting (durable engines): journaled, so any worker continues it."""
+        ids = [t.id for t in tasks]
+        self.engine.journal.append(
+            "task_await_waiting",
+            {
+                "invocationId": inv.id,
+                "callId": rc.call_id,
+                "taskIds": ids,
+                "mode": effect.mode,
+                "timeoutMs": effect.timeout_ms,
+                # the gate counted the call already; a fresh engine must not lose that
+                "gate": inv.gate.state(),
+                "effect": {"taskIds": effect.task_ids, "mode": effect.mode},
+            },
+        )
+        self.awaiting[inv.id, rc.call_id] = effect
+        raise AwaitingTasks(rc.call_id, ids, effect.mode, effect.timeout_ms)
 
     def unseen(self, inv: Invocation) -> list[AgentTask]:
         return [t for t in self.owned(inv) if not t.live and not t.seen]
@@ -626,6 +698,90 @@ class AgentTasks:
                 task.runner.cancel()
             self.engine.pair_pending(task.inv)
             self.finish(task, "cancelled", {"summary": f"Stopped: {why}."}, "run_ended")
+
+    # ------------------------------------------------------------ the journal's fold
+
+    def fold(self, event_type: str, p: Mapping[str, Any], by_id: dict[str, Invocation]) -> None:
+        """Apply one of the tasks' journal events (``by_id`` gains the rebuilt children)."""
+        if event_type == "task_started":
+            self._started[p["invocationId"]] = dict(p)
+        elif event_type == "invocation_started":
+            child = self._rebuild_child(p, by_id)
+            if child is not None:
+                by_id[child.id] = child
+        elif event_type == "task_finished":
+            task = self.tasks.get(p["taskId"])
+            if task is not None:
+                task.status = str(p["status"])
+                task.result = p.get("result") or {"summaryPath": p.get("summaryPath", "")}
+                task.done.set()
+        elif event_type == "task_results_injected":
+            self._saw(p.get("taskIds", ()))
+        elif event_type == "task_await_waiting":
+            effect = p["effect"]
+            ids = effect.get("taskIds")
+            self.awaiting[p["invocationId"], p["callId"]] = AwaitRequested(
+                None if ids is None else tuple(ids), str(effect["mode"]), int(p["timeoutMs"])
+            )
+
+    def fold_result(self, result: Mapping[str, Any]) -> None:
+        """A stored await result: the tasks it reported as ended were seen."""
+        if result.get("toolId") != str(AWAIT) or result.get("isError"):
+            return
+        entries = (result.get("structured") or {}).get("tasks") or []
+        self._saw(e["taskId"] for e in entries if e.get("status") != "running")
+
+    def _saw(self, task_ids: Any) -> None:
+        for task_id in task_ids:
+            task = self.tasks.get(task_id)
+            if task is not None:
+                task.seen = True
+
+    def _rebuild_child(
+        self, p: Mapping[str, Any], by_id: dict[str, Invocation]
+    ) -> Invocation | None:
+        """A child invocation and its task from their start events; None if not all is there
+        (its snapshot lost to a power failure, or its profile gone): it is not resumed."""
+        started = self._started.pop(p["invocationId"], None)
+        parent = by_id.get(str(p.get("parentInvocationId")))
+        profile = self.source.get(str(p.get("agentId", "")))
+        prompt = p.get("prompt")
+        if started is None or parent is None or profile is None or not prompt:
+            return None
+        run = self.engine.run
+        snapshot = self.child_snapshots.get(profile.id)
+        if snapshot is None or snapshot.id != p["snapshotId"]:
+            try:
+                snapshot = ToolSnapshot.load(
+                    run.run_dir / run_layout.snapshot_file(p["snapshotId"])
+                )
+            except (OSError, ValueError):
+                return None
+            self.child_snapshots[profile.id] = snapshot
+        child = by_id.get(p["invocationId"]) or run.add_invocation(  # older run.json lists it
+            p["invocationId"],
+            snapshot,
+            prompt["system"],
+            prompt["user"],
+            kind="child",
+            profile=profile,
+            parent_id=parent.id,
+            task_id=started["taskId"],
+        )
+        task = AgentTask(
+            started["taskId"], profile.id, started["key"], profile, parent, child, started["title"]
+        )
+        self.tasks[task.id] = task
+        self.by_inv[child.id] = task
+        return child
+
+    def restart(self) -> None:
+        """Run the live tasks again in the background (a resumed run in one process)."""
+        if not self.background:
+            return
+        for task in self.live():
+            if task.runner is None:
+                task.runner = asyncio.get_running_loop().create_task(self.engine.drive_child(task))
 
     # ------------------------------------------------------------ handoff
 

@@ -19,7 +19,6 @@ from tavern_agent.providers.gateway import (
     ModelReply,
     ModelRequest,
 )
-from tavern_agent.runtime.agents import DELEGATE
 from tavern_agent.runtime.journal import JournalTail, Listener
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run
@@ -108,12 +107,6 @@ class TemporalEngine:
     async def execute(self, run: Run, listeners: tuple[Listener, ...] = ()) -> RunResult:
         from tavern_agent.temporal.workflow import WORKFLOW_NAME, RunInput, StepOutcome
 
-        if run.invocations[-1].snapshot.name_of(DELEGATE) is not None:
-            # A delegated child runs in the background of one engine; a step ends before it.
-            raise ValueError(
-                "the profile allows agent delegation, which runs on the local engine only: "
-                "run without --engine temporal, or use a profile without agent_delegate"
-            )
         client = await self._client()
         handle = await client.start_workflow(
             WORKFLOW_NAME,

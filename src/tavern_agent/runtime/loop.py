@@ -62,7 +62,13 @@ from tavern_agent.providers.transcript import (
     outcome_unknown_result,
     truncated_result,
 )
-from tavern_agent.runtime.agents import HANDOFF, AgentTask, AgentTasks, ProfileSource
+from tavern_agent.runtime.agents import (
+    HANDOFF,
+    AgentTask,
+    AgentTasks,
+    AwaitingTasks,
+    ProfileSource,
+)
 from tavern_agent.runtime.checkpoint import (
     load_checkpoint,
     reads_from_json,
@@ -84,7 +90,15 @@ from tavern_agent.runtime.policy import (
 )
 from tavern_agent.runtime.prompt import text_turn_reminder
 from tavern_agent.runtime.run import Run
-from tavern_agent.runtime.turns import Finished, HandedOff, Next, NextCall, NextRound, Stopped
+from tavern_agent.runtime.turns import (
+    Awaiting,
+    Finished,
+    HandedOff,
+    Next,
+    NextCall,
+    NextRound,
+    Stopped,
+)
 from tavern_agent.tools.snapshot import ToolBinding
 from tavern_agent.workspace.roots import MESSAGE_BODY
 from tavern_agent.workspace.store import WorkspaceEscape
@@ -95,6 +109,10 @@ TERMINAL = {
     "run_failed": "failed",
     "run_cancelled": "cancelled",
 }
+# The tasks' own events, folded by AgentTasks (a child's invocation_started too).
+AGENT_EVENTS = frozenset(
+    {"task_started", "task_finished", "task_results_injected", "task_await_waiting"}
+)
 CANCELLED_TEXT = "Not run: the run was cancelled before this call started."
 # Raw arguments up to this size are journaled inline; larger ones get a file.
 INLINE_ARGUMENTS_CHARS = 4_096
@@ -182,6 +200,7 @@ class Engine:
         listeners: tuple[Listener, ...] = (),
         fsync: bool = True,
         profiles: ProfileSource | None = None,
+        background_children: bool = True,
     ) -> None:
         self.run = run
         self.gateway = gateway
@@ -198,7 +217,10 @@ class Engine:
         self.confirmed_calls: dict[str, str] = {}  # commit call id → path, confirmed on resume
         self.resume_at: Next | None = None  # where the journal's fold says the run stands
         self.pending_commit: dict[str, Any] | None = None
-        self.agents = AgentTasks(self, profiles or ProfileSource(run.data.path))
+        # A durable engine's host drives delegated children itself (step_task).
+        self.agents = AgentTasks(
+            self, profiles or ProfileSource(run.data.path), background=background_children
+        )
         self._repeatable = run.assembly.catalog.builtins.repeatable
         self._saved_state: dict[str, Any] | None = None  # the checkpoint last written
         # True once this engine's state is the fold of the journal (it started the run,
@@ -264,6 +286,7 @@ class Engine:
             )
         except OSError as exc:
             return self._storage_failed(exc)
+        self.agents.restart()  # the children that were running go on too
         return await self._execute(inv, self.resume_at)
 
     async def step_once(
@@ -273,7 +296,7 @@ class Engine:
         end_when_cancelled: bool = True,
         one_call: bool = False,
         call_id: str | None = None,
-    ) -> Next | NextCall | RunResult:
+    ) -> Next | NextCall | Awaiting | RunResult:
         """Do one step of the run; a :class:`RunResult` once it has ended.
 
         A step is one model request, or one turn's calls; with ``one_call`` it
@@ -295,17 +318,15 @@ class Engine:
         a lost process would (a durable engine's step is also cancelled when its
         worker stops or is taken as lost, and the run then goes on elsewhere;
         a cancelled run is ended by a ``cancel`` step).
+
+        With ``background_children=False`` an ``agent.await`` call that would
+        wait ends the step instead: the :class:`Awaiting` value names the tasks;
+        the host runs the next step once they ended or the timeout passed.
         """
         try:
-            if self.journal.seq == 0:
-                self.journal.append("run_started", self._started_payload())
-                self._invocation_started(self.current)
-            elif not self._live:
-                ended = self._rebuild()
-                if ended is not None:
-                    return ended
-                self._reconcile_commit()
-            self._live = True
+            ended = self._prepare()
+            if ended is not None:
+                return ended
             if cancel:
                 raise asyncio.CancelledError
             inv, step_at = self.current, self.resume_at
@@ -328,6 +349,8 @@ class Engine:
                 self.current = step.target
                 self._invocation_started(step.target)
             return step
+        except AwaitingTasks as waiting:
+            return Awaiting(waiting.call_id, waiting.task_ids, waiting.mode, waiting.timeout_ms)
         except asyncio.CancelledError:
             if not cancel and not end_when_cancelled:
                 raise
@@ -348,6 +371,35 @@ class Engine:
             return self._fail(ErrorCode.MODEL_REQUEST_FAILED, str(exc))
         except (OSError, WorkspaceEscape) as exc:
             return self._storage_failed(exc)
+
+    def _prepare(self) -> RunResult | None:
+        """Make the state the journal's fold (a step's start); the result of an ended run."""
+        if self.journal.seq == 0:
+            self.journal.append("run_started", self._started_payload())
+            self._invocation_started(self.current)
+        elif not self._live:
+            ended = self._rebuild()
+            if ended is not None:
+                return ended
+            self._reconcile_commit()
+        self._live = True
+        return None
+
+    async def step_task(self, task_id: str) -> str | None:
+        """One step of a delegated task (durable engines); its status once it has ended.
+
+        A child workflow's unit of work: the task's open turn, or one model
+        request. Like :meth:`step_once`, it folds the journal first when this
+        engine did not take the previous step of the run. A task that the fold
+        does not know (its records lost to a power failure) reads as failed.
+        """
+        self._prepare()
+        task = self.agents.tasks.get(task_id)
+        if task is None:
+            return "failed"
+        if task.live:
+            await self._child_step(task)
+        return None if task.live else task.status
 
     @property
     def live(self) -> bool:
@@ -481,34 +533,37 @@ class Engine:
 
     async def drive_child(self, task: AgentTask) -> None:
         """A delegated task's own loop, in the background, until it returns or ends."""
-        inv = task.inv
-        limit = task.profile.limits.max_rounds
-        reminded = False
         try:
             while task.live:
-                turn = inv.last_turn()
-                if turn is not None and inv.pending_calls():
-                    await self._run_calls(inv, turn, inv.round)
-                    continue
-                last = inv.transcript.items[-1]
-                if isinstance(last, AssistantMessage) and not last.calls:
-                    if reminded:
-                        text = last.text.strip() or "(no text)"
-                        summary = f"The agent stopped without returning. Its last text: {text}"
-                        self.agents.fail(task, "no_return", summary)
-                        return
-                    self._remind_child(inv)
-                    reminded = True
-                if inv.round >= limit:
-                    text = f"The agent used its {limit} rounds without returning a result."
-                    self.agents.fail(task, "rounds_used", text)
-                    return
-                await self._request(inv)
+                await self._child_step(task)
         except asyncio.CancelledError:
             if task.live:  # stopped on its own, not with the run
-                self._pair_pending(inv, cancelled=True)
+                self._pair_pending(task.inv, cancelled=True)
                 self.agents.fail(task, "cancelled", "The task was stopped before it returned.")
             raise
+
+    async def _child_step(self, task: AgentTask) -> None:
+        """One step of a delegated task: its open turn's calls, or one model request."""
+        inv = task.inv
+        limit = task.profile.limits.max_rounds
+        try:
+            turn = inv.last_turn()
+            if turn is not None and inv.pending_calls():
+                await self._run_calls(inv, turn, inv.round)
+                return
+            last = inv.transcript.items[-1]
+            if isinstance(last, AssistantMessage) and not last.calls:
+                if task.reminded:
+                    text = last.text.strip() or "(no text)"
+                    summary = f"The agent stopped without returning. Its last text: {text}"
+                    self.agents.fail(task, "no_return", summary)
+                    return
+                self._remind_child(inv)
+            if inv.round >= limit:
+                text = f"The agent used its {limit} rounds without returning a result."
+                self.agents.fail(task, "rounds_used", text)
+                return
+            await self._request(inv)
         except ModelError as exc:
             self.agents.fail(task, "model_error", f"The agent's model failed: {exc}")
         except (OSError, WorkspaceEscape) as exc:
@@ -526,6 +581,7 @@ class Engine:
             level="warn",
         )
         inv.transcript = inv.transcript.append(UserMessage(text))
+        self.agents.by_inv[inv.id].reminded = True
 
     async def _request(self, inv: Invocation) -> None:
         child: int | None = None
@@ -613,6 +669,12 @@ class Engine:
                 continue
             if only is not None and rc.call_id != only:
                 return self._call_end(step, rc.call_id)
+            if (inv.id, rc.call_id) in self.agents.awaiting:  # a durable step left it waiting
+                result = await self._continue_await(inv, rc)
+                self._store(inv, rc, result, number, 0.0)
+                if result.is_error:
+                    failed.append(str(rc.name))
+                continue
             if rc.call_id in inv.requested:  # started before an interruption
                 path = self.confirmed_calls.get(rc.call_id)
                 result = (
@@ -668,8 +730,7 @@ class Engine:
             )
             if stop is not None and isinstance(step, NextRound):
                 step = stop
-        if not inv.is_child:  # a child is never resumed: its turns need no barrier
-            self.journal.sync()  # the end of a turn: one barrier for its repeatable calls
+        self.journal.sync()  # the end of a turn: one barrier for its repeatable calls
         self._checkpoint()
         return step
 
@@ -712,8 +773,7 @@ class Engine:
             self.journal.append(
                 "tool_call_started",
                 {"callId": rc.call_id, "invocationId": inv.id, "round": number},
-                sync=not inv.is_child
-                and (binding is None or binding.tool_id not in self._repeatable),
+                sync=binding is None or binding.tool_id not in self._repeatable,
             )
             executed = await inv.gate.handle(rc.call, round=number)
             result, effect = executed.result, executed.effect
@@ -729,6 +789,14 @@ class Engine:
             return result, after
         self._store(inv, rc, result, number, time.monotonic() - started)
         return result, None
+
+    async def _continue_await(self, inv: Invocation, rc: RecordedCall) -> AgentToolResult:
+        """The result of an await call whose waiting its host did (it has no effect to repeat)."""
+        binding = inv.snapshot.by_name(str(rc.name))
+        assert binding is not None  # it was dispatched to the await tool
+        effect = self.agents.awaiting[inv.id, rc.call_id]
+        # In one process (a durable run resumed locally) the wait blocks as usual.
+        return await self.agents.wait(inv, rc, binding, effect, block=self.agents.background)
 
     def _arguments_record(self, inv: Invocation, rc: RecordedCall, number: int) -> dict[str, Any]:
         """The raw arguments as the journal keeps them: inline, or in a file when large.
@@ -1049,12 +1117,15 @@ class Engine:
     def _fold(self, event: Event, by_id: dict[str, Invocation]) -> None:
         """Apply one journal event to the engine's state (resume replays them all)."""
         kind, p = event["type"], event["payload"]
+        if kind in AGENT_EVENTS or (kind == "invocation_started" and p.get("kind") == "child"):
+            self.agents.fold(kind, p, by_id)
+            if kind not in ("task_results_injected", "task_await_waiting"):
+                return
         if "invocationId" in p and p["invocationId"] not in by_id:
             return  # a child whose records a power failure took: it is not resumed
         if kind == "invocation_started":
-            if p.get("kind") != "child":
-                self.current = by_id[p["invocationId"]]
-                self.resume_at = None
+            self.current = by_id[p["invocationId"]]
+            self.resume_at = None
         elif kind == "model_response_stored":
             inv = by_id[p["invocationId"]]
             item = Transcript.from_json({"items": [p["message"]]}).items[0]
@@ -1071,9 +1142,14 @@ class Engine:
             item = Transcript.from_json({"items": [{"type": "result", **p["result"]}]}).items[0]
             inv.transcript = inv.transcript.append(item)
             inv.resulted.add(p["callId"])
+            self.agents.fold_result(p["result"])
         elif kind in ("reminder_added", "task_results_injected"):
             inv = by_id[p["invocationId"]]
             inv.transcript = inv.transcript.append(UserMessage(p["text"]))
+            if inv.is_child:
+                self.agents.by_inv[inv.id].reminded = True
+        elif kind == "task_await_waiting":
+            by_id[p["invocationId"]].gate.restore(p["gate"])
         elif kind == "commit_requested":
             self.commits_requested = int(p["index"])
             self.pending_commit = p

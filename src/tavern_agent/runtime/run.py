@@ -259,8 +259,8 @@ class Run:
 
         A delegated child is not listed in ``run.json`` and has no prompt
         file: the journal's ``task_started`` and ``invocation_started`` events
-        record it, prompt included. A resumed run never continues a child (its
-        caller is told the task failed), so nothing of it is flushed to disk.
+        record it, prompt included, and the journal's fold rebuilds it
+        (:meth:`~tavern_agent.runtime.agents.AgentTasks.fold`).
         """
         if kind != "child":
             _write_json(
@@ -380,7 +380,7 @@ class Run:
                     (run_dir / run_layout.prompt_file(entry["id"])).read_text(encoding="utf-8")
                 )
             except (OSError, ValueError):
-                if kind == "child":  # lost to a power failure; children are not resumed
+                if kind == "child":  # listed by older versions; the journal rebuilds children
                     continue
                 raise
             own = entry.get("profile")

@@ -49,6 +49,21 @@ Next = NextRound | Finished | HandedOff | Stopped
 
 
 @dataclass(frozen=True, slots=True)
+class Awaiting:
+    """A durable engine's step ended at an ``agent.await`` call that waits for tasks.
+
+    Not a :data:`Next` of the local loop (there the call blocks): the engine's
+    host waits until the tasks ended (``mode``: all of them, or the next one) or
+    ``timeout_ms`` passed, then takes the next step, which answers the call.
+    """
+
+    call_id: str
+    task_ids: tuple[str, ...]
+    mode: str
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class NextCall:
     """The open turn has calls without a result; ``call_id`` runs next.
 

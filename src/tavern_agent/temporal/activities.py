@@ -8,16 +8,24 @@ engine left it; a run whose journal grew elsewhere (its steps moved to another
 worker and back) is opened and folded again from the shared data root, so a
 step never depends on which worker took the previous one. A worker opens its
 :class:`~tavern_agent.assembly.Assembly` (tool sources) once.
+
+A run's steps and the steps of its delegated tasks (child workflows) may run
+at the same time on different workers; each holds the run's step lock
+(:func:`run_lock`) from before it reads the journal until after its last
+append, so the journal keeps one writer at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import os
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from temporalio import activity
 
@@ -27,27 +35,63 @@ from tavern_agent.providers.gateway import ModelGateway
 from tavern_agent.runtime.engines import gateway_for
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run
-from tavern_agent.runtime.turns import NextCall
+from tavern_agent.runtime.turns import Awaiting, NextCall
 from tavern_agent.temporal.workflow import (
     CALL_ACTIVITY,
     CANCEL_ACTIVITY,
     MODEL_ACTIVITY,
     STEP_ACTIVITY,
+    TASK_STEP_ACTIVITY,
     CallInput,
     StepOutcome,
+    TaskInput,
 )
 
+T = TypeVar("T")
+LOCK_POLL = 0.05  # seconds between tries of a run's step lock
 
-def outcome_of(step: object) -> StepOutcome:
+
+@contextlib.asynccontextmanager
+async def run_lock(run_dir: Path) -> AsyncIterator[None]:
+    """Hold the run's step lock (an ``flock`` on the shared volume) while the body runs.
+
+    Polled rather than blocking, so the event loop (and the step's heartbeat) goes
+    on while another worker's step of the same run finishes. A dead worker's lock
+    goes with its process.
+    """
+    fd = os.open(run_dir / run_layout.STEP_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await asyncio.sleep(LOCK_POLL)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def outcome_of(step: object, engine: Engine) -> StepOutcome:
     """The activity's answer: what comes next, or the result of the run that ended.
 
     Small on purpose: Temporal keeps it in the workflow's history, where a run's
     content (replies, tool results) does not belong; that is in the journal.
     """
+    live = [t.id for t in engine.agents.live()]
     if isinstance(step, NextCall):
-        return StepOutcome(kind="NextCall", call_id=step.call_id)
+        return StepOutcome(kind="NextCall", live_tasks=live, call_id=step.call_id)
+    if isinstance(step, Awaiting):
+        return StepOutcome(
+            kind="Awaiting",
+            live_tasks=live,
+            wait_for=list(step.task_ids),
+            wait_mode=step.mode,
+            wait_ms=step.timeout_ms,
+            call_id=step.call_id,  # answered by the next activity, once the wait is over
+        )
     if not isinstance(step, RunResult):
-        return StepOutcome(kind=type(step).__name__)
+        return StepOutcome(kind=type(step).__name__, live_tasks=live)
     return StepOutcome(
         kind="ended",
         status=step.status,
@@ -130,60 +174,93 @@ class RunActivities:
     @activity.defn(name=MODEL_ACTIVITY)
     async def model_request(self, run_dir: str) -> StepOutcome:
         """The run's next model request (none while calls of its turn are open)."""
-        return await self._with_engine(run_dir, one_call=True)
+        return await self._with_engine(
+            run_dir, lambda e: self._run_step(e, cancel=False, one_call=True)
+        )
 
     @activity.defn(name=CALL_ACTIVITY)
     async def tool_call(self, call: CallInput) -> StepOutcome:
         """The run's call ``call.call_id`` if it is the next one (then the turn's end
         after its last call); a call with a result already is not run again."""
-        return await self._with_engine(call.run_dir, one_call=True, call_id=call.call_id)
+        return await self._with_engine(
+            call.run_dir,
+            lambda e: self._run_step(e, cancel=False, one_call=True, call_id=call.call_id),
+        )
 
     @activity.defn(name=STEP_ACTIVITY)
     async def run_step(self, run_dir: str) -> StepOutcome:
         """One step (a model request, or a turn's calls): runs started before the
         activity per call still schedule it."""
-        return await self._with_engine(run_dir)
+        return await self._with_engine(run_dir, lambda e: self._run_step(e, cancel=False))
 
     @activity.defn(name=CANCEL_ACTIVITY)
     async def run_cancel(self, run_dir: str) -> StepOutcome:
         """End the run in ``run_dir`` as cancelled, pairing its open calls."""
-        return await self._with_engine(run_dir, cancel=True)
+        return await self._with_engine(run_dir, lambda e: self._run_step(e, cancel=True))
+
+    @activity.defn(name=TASK_STEP_ACTIVITY)
+    async def task_step(self, params: TaskInput) -> str:
+        """One step of a delegated task; its status once it has ended, else ``""``."""
+
+        async def step(engine: Engine) -> tuple[str, bool]:
+            status = await engine.step_task(params.task_id)
+            return status or "", True
+
+        return await self._with_engine(params.run_dir, step)
 
     @property
-    def activities(self) -> list[Callable[..., Awaitable[StepOutcome]]]:
+    def activities(self) -> list[Callable[..., Awaitable[object]]]:
         """The activities a worker registers."""
-        return [self.model_request, self.tool_call, self.run_step, self.run_cancel]
+        return [
+            self.model_request,
+            self.tool_call,
+            self.run_step,
+            self.run_cancel,
+            self.task_step,
+        ]
+
+    @staticmethod
+    async def _run_step(
+        engine: Engine, *, cancel: bool, one_call: bool = False, call_id: str | None = None
+    ) -> tuple[StepOutcome, bool]:
+        # A cancelled step stops without ending the run: it is cancelled when its
+        # worker stops or is taken as lost too, and the run goes on elsewhere. A
+        # cancelled workflow ends the run with the run_cancel activity.
+        step = await engine.step_once(
+            cancel=cancel, end_when_cancelled=False, one_call=one_call, call_id=call_id
+        )
+        return outcome_of(step, engine), not isinstance(step, RunResult)
 
     async def _with_engine(
-        self,
-        run_dir: str,
-        *,
-        cancel: bool = False,
-        one_call: bool = False,
-        call_id: str | None = None,
-    ) -> StepOutcome:
-        held = await self.engines.take(run_dir)
-        if held is None:
-            run = Run.open(self.assembly, Path(run_dir))
-            gateway = gateway_for(run.record.get("model"))
-            held = HeldEngine(Engine(run, gateway), gateway, 0)
+        self, run_dir: str, step: Callable[[Engine], Awaitable[tuple[T, bool]]]
+    ) -> T:
+        """Run ``step`` (answer, whether the run goes on) on the run's engine, under its lock."""
         beating = asyncio.create_task(self._heartbeat())
-        step: object = None
         try:
-            # A cancelled step stops without ending the run: it is cancelled when its
-            # worker stops or is taken as lost too, and the run goes on elsewhere. A
-            # cancelled workflow ends the run with the run_cancel activity.
-            step = await held.engine.step_once(
-                cancel=cancel, end_when_cancelled=False, one_call=one_call, call_id=call_id
-            )
-            return outcome_of(step)
+            async with run_lock(Path(run_dir)):
+                return await self._step_held(run_dir, step)
         finally:
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beating
+
+    async def _step_held(
+        self, run_dir: str, step: Callable[[Engine], Awaitable[tuple[T, bool]]]
+    ) -> T:
+        held = await self.engines.take(run_dir)
+        if held is None:
+            run = Run.open(self.assembly, Path(run_dir))
+            gateway = gateway_for(run.record.get("model"))
+            # the run's workflow drives its delegated tasks as child workflows
+            held = HeldEngine(Engine(run, gateway, background_children=False), gateway, 0)
+        going = False
+        try:
+            answer, going = await step(held.engine)
+            return answer
+        finally:
             # Kept only after a whole step that left the run going; after an error the
             # engine's state may be half-updated, and the retry folds the journal afresh.
-            if step is not None and not isinstance(step, RunResult) and held.engine.live:
+            if going and held.engine.live:
                 held.journal_bytes = held.engine.journal.size()
                 await self.engines.put(run_dir, held)
             else:

@@ -14,7 +14,7 @@ from temporalio.worker import Worker
 from tavern_agent.assembly import Assembly
 from tavern_agent.mcp.approval import Approver
 from tavern_agent.temporal.activities import RunActivities
-from tavern_agent.temporal.workflow import DEFAULT_TASK_QUEUE, RunWorkflow
+from tavern_agent.temporal.workflow import DEFAULT_TASK_QUEUE, RunWorkflow, TaskWorkflow
 
 # A workflow's next task waits this long for the worker that ran its last one
 # (which holds its history cached) before any worker may take it: short, so that
@@ -54,7 +54,7 @@ async def serve(
         worker = Worker(
             client,
             task_queue=task_queue,
-            workflows=[RunWorkflow],
+            workflows=[RunWorkflow, TaskWorkflow],
             activities=activities.activities,
             max_concurrent_activities=concurrency,
             sticky_queue_schedule_to_start_timeout=STICKY_WAIT,

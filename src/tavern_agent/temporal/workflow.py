@@ -1,22 +1,32 @@
 """The run workflow: deterministic, no I/O; each model request and each tool call is an activity.
 
+A delegated task is a child workflow (:class:`TaskWorkflow`) whose steps are
+the ``task_step`` activity; the run's workflow starts one for each task its
+activities report live, and waits on them when a call ends at an ``agent_await``.
+
 Kept free of project imports so that the workflow sandbox (which re-imports a
 workflow's modules for each run) stays cheap and nothing in it can touch a file.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import asyncio
+import contextlib
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
 
 WORKFLOW_NAME = "tavern-agent-run"
+TASK_WORKFLOW_NAME = "tavern-agent-task"
 MODEL_ACTIVITY = "model_request"
 CALL_ACTIVITY = "tool_call"
 CANCEL_ACTIVITY = "run_cancel"
+TASK_STEP_ACTIVITY = "task_step"
 # Workflows started before the activity per call ran one activity per step (a model
 # request, or a whole turn's calls); their histories replay on that loop.
 STEP_ACTIVITY = "run_step"
@@ -24,6 +34,11 @@ PER_CALL_PATCH = "activity-per-call"
 DEFAULT_TASK_QUEUE = "tavern-agent"
 # Errors that a retry on another worker cannot fix (the run's state is inconsistent).
 NOT_RETRIED = ["ResumeRefused", "RunNotFound"]
+STEP_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    non_retryable_error_types=NOT_RETRIED,
+)
 
 
 @dataclass(frozen=True)
@@ -51,7 +66,7 @@ class CallInput:
 class StepOutcome:
     """One step's outcome: its kind, and the run's result fields once it ended."""
 
-    kind: str  # NextRound, HandedOff, NextCall, or "ended"
+    kind: str  # NextRound, HandedOff, NextCall, Awaiting, or "ended"
     status: str | None = None  # completed, partial_success, failed, cancelled
     rounds: int = 0
     commits: int = 0
@@ -59,7 +74,24 @@ class StepOutcome:
     message: str = ""
     floor: int | None = None
     final_text: str | None = None
-    call_id: str | None = None  # NextCall: the call the next activity runs
+    # The run's delegated tasks still running: each is (or becomes) a child workflow.
+    live_tasks: list[str] = field(default_factory=list)
+    # Awaiting: the tasks an agent_await call waits for, how, and for how long.
+    wait_for: list[str] = field(default_factory=list)
+    wait_mode: str = "allCompleted"
+    wait_ms: int = 0
+    # NextCall, Awaiting: the call the next activity runs (an awaiting call is answered
+    # by it once the wait is over).
+    call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskInput:
+    """A delegated task's child workflow: its run folder and task id."""
+
+    run_dir: str
+    task_id: str
+    heartbeat_seconds: float = 10.0
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -73,15 +105,18 @@ class RunWorkflow:
 
     @workflow.run
     async def run(self, params: RunInput) -> StepOutcome:
+        children = Children(params)
         try:
             if workflow.patched(PER_CALL_PATCH):
-                return await self._activities(params)
-            return await self._steps(params)
+                return await self._activities(params, children)
+            return await self._steps(params, children)
         except (CancelledError, ActivityError) as exc:
             if not _cancelled(exc):
                 raise
-        # Cancelled between activities, or during one: the cancel activity pairs the open
-        # calls and journals run_cancelled (a run that ended already stays as it is).
+        # Cancelled between activities, or during one: the children stop (their steps
+        # write nothing), then the cancel activity pairs the open calls of the run and of
+        # its tasks and journals run_cancelled (a run that ended already stays as it is).
+        children.cancel()
         ended: StepOutcome = await workflow.execute_activity(
             CANCEL_ACTIVITY,
             params.run_dir,
@@ -91,28 +126,34 @@ class RunWorkflow:
         )
         return ended
 
-    async def _activities(self, params: RunInput) -> StepOutcome:
+    async def _activities(self, params: RunInput, children: Children) -> StepOutcome:
         next_call = params.next_call
         while True:
             if next_call is None:
                 outcome = await _activity(MODEL_ACTIVITY, params.run_dir, params)
             else:
-                outcome = await _activity(
-                    CALL_ACTIVITY, CallInput(params.run_dir, next_call), params
-                )
+                call = CallInput(params.run_dir, next_call)
+                outcome = await _activity(CALL_ACTIVITY, call, params)
             if outcome.kind == "ended":
                 return outcome
-            next_call = outcome.call_id if outcome.kind == "NextCall" else None
-            if workflow.info().is_continue_as_new_suggested():
-                # A long run's history grows with every activity: go on in a new one.
+            await children.start(outcome.live_tasks)
+            if outcome.kind == "Awaiting":
+                await children.wait(outcome)
+            next_call = outcome.call_id if outcome.kind in ("NextCall", "Awaiting") else None
+            if workflow.info().is_continue_as_new_suggested() and not children.running():
+                # A long run's history grows with every activity: go on in a new one
+                # (not while child workflows run: they belong to this one).
                 workflow.continue_as_new(replace(params, next_call=next_call))
 
-    async def _steps(self, params: RunInput) -> StepOutcome:
+    async def _steps(self, params: RunInput, children: Children) -> StepOutcome:
         """The loop of workflows started before the activity per call."""
         while True:
             outcome = await _activity(STEP_ACTIVITY, params.run_dir, params)
             if outcome.kind == "ended":
                 return outcome
+            await children.start(outcome.live_tasks)
+            if outcome.kind == "Awaiting":
+                await children.wait(outcome)
 
 
 async def _activity(name: str, arg: object, params: RunInput) -> StepOutcome:
@@ -125,14 +166,85 @@ async def _activity(name: str, arg: object, params: RunInput) -> StepOutcome:
         # Safe to retry: an activity goes on from the journal, and a call journaled as
         # started is given its outcome-unknown result, never run again. Retrying a model
         # request after an HTTP error is the gateway's job; these cover lost workers.
-        retry_policy=RetryPolicy(
-            initial_interval=timedelta(seconds=1),
-            maximum_interval=timedelta(seconds=30),
-            non_retryable_error_types=NOT_RETRIED,
-        ),
+        retry_policy=STEP_RETRY,
         cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
     )
     return outcome
+
+
+class Children:
+    """The child workflows of one run's delegated tasks, by task id."""
+
+    def __init__(self, params: RunInput) -> None:
+        self.params = params
+        self.handles: dict[str, ChildWorkflowHandle[Any, str]] = {}
+
+    async def start(self, task_ids: list[str]) -> None:
+        """A child workflow for each live task that has none yet.
+
+        The run's steps report every live task (not only those a step started),
+        so a task started by a step whose worker died before it answered gets
+        its workflow at the next step.
+        """
+        for task_id in task_ids:
+            if task_id in self.handles:
+                continue
+            self.handles[task_id] = await workflow.start_child_workflow(
+                TASK_WORKFLOW_NAME,
+                TaskInput(self.params.run_dir, task_id, self.params.heartbeat_seconds),
+                id=f"{workflow.info().workflow_id}/{task_id}",
+                result_type=str,
+                # When the run ends, the steps of its tasks stop; the run's last step
+                # already ended each live task as cancelled in the journal.
+                parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            )
+
+    async def wait(self, outcome: StepOutcome) -> None:
+        """Until the awaited tasks ended (all, or the next one) or the wait timed out."""
+        handles = [self.handles[t] for t in outcome.wait_for if t in self.handles]
+
+        def ready() -> bool:
+            done = sum(1 for h in handles if h.done())
+            return done == len(handles) if outcome.wait_mode == "allCompleted" else done > 0
+
+        with contextlib.suppress(asyncio.TimeoutError):
+            await workflow.wait_condition(ready, timeout=timedelta(milliseconds=outcome.wait_ms))
+
+    def running(self) -> bool:
+        """Whether a child workflow has not ended yet."""
+        return any(not handle.done() for handle in self.handles.values())
+
+    def cancel(self) -> None:
+        for handle in self.handles.values():
+            if not handle.done():
+                handle.cancel()
+
+
+@workflow.defn(name=TASK_WORKFLOW_NAME)
+class TaskWorkflow:
+    """A delegated task: ``task_step`` until it has ended; returns its status."""
+
+    @workflow.run
+    async def run(self, params: TaskInput) -> str:
+        try:
+            while True:
+                status: str = await workflow.execute_activity(
+                    TASK_STEP_ACTIVITY,
+                    params,
+                    result_type=str,
+                    start_to_close_timeout=timedelta(hours=1),
+                    heartbeat_timeout=timedelta(seconds=params.heartbeat_seconds),
+                    retry_policy=STEP_RETRY,  # as the run's steps: a retry folds the journal
+                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                )
+                if status:
+                    return status
+        except (CancelledError, ActivityError) as exc:
+            if not _cancelled(exc):
+                raise
+        # Stopped with its run: the run's ending (or its cancel step) pairs the
+        # task's open calls and journals it as cancelled.
+        return "cancelled"
 
 
 def _cancelled(exc: BaseException) -> bool:

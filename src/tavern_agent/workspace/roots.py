@@ -23,6 +23,7 @@ INTERNAL = frozenset(
         "events.jsonl",
         "tasks",
         ".lock",
+        ".step.lock",
     }
 )
 MESSAGE_BODY = "output/main.md"

@@ -1,0 +1,214 @@
+"""Delegated children driven step by step, as a durable engine's workflows drive them.
+
+The host below does in one process what the run workflow does on Temporal:
+it takes the parent's steps, starts a child's steps once its task is live,
+and, when a step ends at an ``agent_await`` that waits, steps the awaited
+tasks until the await's condition holds (or declares the timeout passed).
+Each step may run on a fresh engine that folds the journal, as on another
+worker, so the journal alone must carry the children.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tavern_agent.runtime.loop import Engine, RunResult
+from tavern_agent.runtime.run import Run
+from tavern_agent.runtime.scripted import AgentScript, ScriptedAgents, call
+from tavern_agent.runtime.turns import Awaiting
+from tests.runtime.helpers import COMMIT, FINISH, Harness, events, write
+from tests.runtime.test_agents import (
+    await_,
+    delegate,
+    drive,
+    of_type,
+    returns,
+    setup,
+    stored,
+    two_children,
+)
+
+Opener = Callable[[], Engine]
+
+
+def openers(h: Harness, run: Run, gateway: ScriptedAgents, *, fresh: bool) -> Opener:
+    """Engines for the steps: a new one per step (``fresh``), or one kept between steps."""
+    kept: list[Engine] = []
+
+    def open_engine() -> Engine:
+        if fresh:
+            return Engine(Run.open(h.assembly, run.run_dir), gateway, background_children=False)
+        if not kept:
+            kept.append(Engine(run, gateway, fsync=False, background_children=False))
+        return kept[0]
+
+    return open_engine
+
+
+async def host(open_engine: Opener, *, fresh: bool, stall: bool = False) -> RunResult:
+    """The run workflow's loop in one process; ``stall``: children take no step (their
+    model never answers), so every wait times out."""
+    ended: dict[str, str | None] = {}  # task id -> its status once ended, None while live
+
+    async def step_task(task_id: str) -> None:
+        engine = open_engine()
+        try:
+            ended[task_id] = await engine.step_task(task_id)
+        finally:
+            if fresh:
+                engine.close()
+
+    while True:
+        engine = open_engine()
+        try:
+            step = await engine.step_once()
+            for task in engine.agents.live():
+                ended.setdefault(task.id, None)
+        finally:
+            if fresh:
+                engine.close()
+        if isinstance(step, RunResult):
+            if not fresh:
+                engine.close()
+            return step
+        if isinstance(step, Awaiting):
+            while not stall:
+                done = [t for t in step.task_ids if ended[t] is not None]
+                if done and (step.mode != "allCompleted" or len(done) == len(step.task_ids)):
+                    break
+                for task_id in step.task_ids:
+                    if ended[task_id] is None:
+                        await step_task(task_id)
+            continue
+        for task_id in [t for t, status in ended.items() if status is None and not stall]:
+            await step_task(task_id)  # children go on while the parent does
+
+
+def durable(h: Harness, root: Any, scripts: dict[str, AgentScript], **kw: Any) -> tuple[Run, Any]:
+    run = h.start(root)
+    gateway = ScriptedAgents(scripts)
+    fresh = kw.pop("fresh")
+    result = asyncio.run(host(openers(h, run, gateway, fresh=fresh), fresh=fresh, **kw))
+    return run, result
+
+
+def test_children_stepped_on_fresh_engines_give_the_local_outcome(tmp_path: Path) -> None:
+    local_h, root = setup(tmp_path / "local")
+    local, local_result, _, _ = drive(local_h, root, two_children())
+    for fresh in (True, False):
+        h, root = setup(tmp_path / f"durable-{fresh}")
+        run, result = durable(h, root, two_children(), fresh=fresh)
+        assert (
+            (result.status, result.commits)
+            == ("completed", 2)
+            == (
+                local_result.status,
+                local_result.commits,
+            )
+        )
+        assert h.chat_messages()[-1]["mes"] == "The bridge is out. / The pace is fine."
+        finished = {f["agentId"]: f["result"]["summary"] for f in of_type(run, "task_finished")}
+        assert finished == {"scout": "The bridge is out.", "critic": "The pace is fine."}
+        # the await ended the parent's step once, then answered with both results
+        waiting = of_type(run, "task_await_waiting")
+        assert len(waiting) == 1 and waiting[0]["mode"] == "allCompleted"
+        awaited = stored(run, "agent_await")
+        assert len(awaited) == 1 and awaited[0]["structured"]["timedOut"] is False
+        assert "summaries/scout-result.md" in awaited[0]["content"]
+        # the same events as the local run, plus the wait; only their order differs
+        kinds = Counter(e["type"] for e in events(run))
+        assert kinds - Counter({"task_await_waiting": 1}) == Counter(
+            e["type"] for e in events(local)
+        )
+
+        # every call of every invocation has exactly one result
+        def per_call(kind: str, run: Run = run) -> Counter[tuple[str, str]]:
+            found = (e["payload"] for e in events(run) if e["type"] == kind)
+            return Counter((p["invocationId"], p["callId"]) for p in found)
+
+        results = per_call("tool_result_stored")
+        assert set(results) == set(per_call("tool_call_requested"))
+        assert set(results.values()) == {1}
+
+
+def test_an_await_that_times_out_on_a_durable_engine_reports_the_running_task(
+    tmp_path: Path,
+) -> None:
+    h, root = setup(tmp_path)
+    scripts: dict[str, AgentScript] = {
+        "writer": [
+            call(*delegate("scout", "Scout forever.")),
+            call(*await_("allCompleted", timeoutMs=20)),
+            call(*write("No news from the scout.")),
+            call(*COMMIT),
+            call(*FINISH),
+        ],
+        "scout": [returns("Too late.")],
+    }
+    run, result = durable(h, root, scripts, fresh=True, stall=True)
+    assert result.status == "completed"
+    awaited = stored(run, "agent_await")[0]
+    assert awaited["structured"]["timedOut"] is True
+    assert [t["status"] for t in awaited["structured"]["tasks"]] == ["running"]
+    assert awaited["content"].startswith("Timed out after 20 ms; 1 task(s) still running.")
+    # the parent finished first: its end cancelled the live child
+    finished = of_type(run, "task_finished")
+    assert [(f["status"], f["reason"]) for f in finished] == [("cancelled", "run_ended")]
+
+
+def test_a_durable_run_resumed_locally_goes_on_with_its_live_child(tmp_path: Path) -> None:
+    """Left at a waiting await with a live child (its scheduler gone): ``resume`` in one
+    process rebuilds the child from the journal, drives it, and the await gets its result."""
+    h, root = setup(tmp_path)
+    scripts: dict[str, AgentScript] = {
+        "writer": [
+            call(*delegate("scout", "Check the bridge.")),
+            call(*await_()),
+            call(*write("The ford holds.")),
+            call(*COMMIT),
+            call(*FINISH),
+        ],
+        "scout": [call(*write("Notes.", "scratch/scout.md")), returns("The ford holds.")],
+    }
+    run = h.start(root)
+    model = ScriptedAgents(scripts)
+    open_engine = openers(h, run, model, fresh=True)
+
+    async def until_the_await_waits() -> str:
+        for _ in range(2):  # the delegating round
+            engine = open_engine()
+            await engine.step_once()
+            live = engine.agents.live()
+            engine.close()
+        (task,) = live
+        for _ in range(2):  # the child's first round: it writes its notes
+            engine = open_engine()
+            assert await engine.step_task(task.id) is None
+            engine.close()
+        for _ in range(2):  # the awaiting round ends at the await
+            engine = open_engine()
+            step = await engine.step_once()
+            engine.close()
+        assert isinstance(step, Awaiting) and step.task_ids == (task.id,)
+        return task.id
+
+    task_id = asyncio.run(until_the_await_waits())
+    assert (run.workspace.root / "scratch" / "scout.md").read_text() == "Notes."
+    resumed = Engine(Run.open(h.assembly, run.run_dir), model, fsync=False)
+    try:
+        result = asyncio.run(resumed.resume())
+    finally:
+        resumed.close()
+    assert (result.status, result.commits) == ("completed", 2)
+    finished = of_type(run, "task_finished")
+    assert [(f["taskId"], f["status"]) for f in finished] == [(task_id, "completed")]
+    awaited = stored(run, "agent_await")
+    assert len(awaited) == 1 and awaited[0]["structured"]["timedOut"] is False
+    assert awaited[0]["structured"]["tasks"][0]["summary"] == "The ford holds."
+    # the child's first round was not asked again
+    scout_requests = [r for r in model.requests if r.snapshot.profile_id == "scout"]
+    assert len(scout_requests) == 2

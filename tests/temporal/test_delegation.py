@@ -1,0 +1,115 @@
+"""Delegated agents on Temporal, through the CLI: each task is a child workflow.
+
+A run with two delegated children is recorded in this process (scripted
+model), then replayed with ``run --replay`` on the local engine and on two
+``tavern-agent worker`` processes; both give the same chat message and the
+same task results, and the Temporal run's tasks show up as child workflows
+whose steps are ``task_step`` activities.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tavern_agent.temporal.worker import connect
+from tavern_agent.temporal.workflow import TASK_STEP_ACTIVITY
+from tests.chat.helpers import write_chat
+from tests.runtime.helpers import TEXTS
+from tests.runtime.test_agents import drive, setup, two_children
+from tests.temporal.conftest import Workers
+from tests.temporal.helpers import cli_json, kinds, payloads, replay
+
+pytestmark = pytest.mark.slow
+
+
+def replay_args(tmp: Path, name: str, profile: Path, recorded: Path) -> list[str]:
+    chat = write_chat(tmp / f"{name}.jsonl", TEXTS)
+    return ["run", str(chat), "--profile", str(profile), "--replay", str(recorded)]
+
+
+def task_results(run_dir: Path) -> dict[str, dict[str, Any]]:
+    keep = ("status", "summary", "findings", "artifacts", "summaryPath")
+    return {
+        p["agentId"]: {k: p["result"].get(k) for k in keep}
+        for p in payloads(run_dir, "task_finished")
+    }
+
+
+async def child_workflows(address: str, run_id: str) -> dict[str, list[str]]:
+    """Each child workflow of the run's workflow, with the activity types of its history."""
+    client = await connect(address)
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    children: dict[str, list[str]] = {}
+    for event in history.events:
+        if event.HasField("start_child_workflow_execution_initiated_event_attributes"):
+            child_id = event.start_child_workflow_execution_initiated_event_attributes.workflow_id
+            child = await client.get_workflow_handle(child_id).fetch_history()
+            children[child_id] = [
+                e.activity_task_scheduled_event_attributes.activity_type.name
+                for e in child.events
+                if e.HasField("activity_task_scheduled_event_attributes")
+            ]
+    return children
+
+
+def test_delegated_tasks_run_as_child_workflows_with_the_local_outcome(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    h, root = setup(tmp_path / "recorded")
+    recorded, result, _, _ = drive(h, root, two_children())
+    assert result.status == "completed"
+    profile = tmp_path / "writer.json"
+    profile.write_text(json.dumps(root.to_json()))
+    local_data, data = tmp_path / "local" / "data", tmp_path / "remote" / "data"
+    for where in (local_data, data):
+        shutil.copytree(h.data.path / "profiles", where / "profiles")
+    workers = Workers(temporal_server, data, "delegation")
+    workers.start()
+    workers.start()
+    on_temporal = ["--engine", "temporal", "--temporal", temporal_server]
+
+    async def both() -> tuple[dict[str, Any], dict[str, Any], dict[str, list[str]]]:
+        local = await cli_json(
+            local_data, *replay_args(tmp_path, "local", profile, recorded.run_dir)
+        )
+        remote_args = replay_args(tmp_path, "remote", profile, recorded.run_dir)
+        remote = await cli_json(data, *remote_args, *on_temporal, "--task-queue", "delegation")
+        await replay(temporal_server, remote["runId"])
+        return local, remote, await child_workflows(temporal_server, remote["runId"])
+
+    try:
+        local, remote, children = asyncio.run(both())
+    finally:
+        workers.stop_all()
+    assert remote["status"] == local["status"] == "completed"
+    assert remote["commits"] == local["commits"] == 2
+    assert remote["committedMessage"] == local["committedMessage"]
+    assert remote["committedMessage"] == "The bridge is out. / The pace is fine."
+    remote_dir, local_dir = Path(remote["runDir"]), Path(local["runDir"])
+    assert task_results(remote_dir) == task_results(local_dir)
+    assert task_results(remote_dir)["scout"]["findings"] == ["ford to the north"]
+    # one child workflow per task, named after the run and the task, stepping the task
+    tasks = [p["taskId"] for p in payloads(remote_dir, "task_started")]
+    assert sorted(children) == sorted(f"{remote['runId']}/{t}" for t in tasks)
+    for activities in children.values():
+        assert activities and set(activities) == {TASK_STEP_ACTIVITY}
+    # The same events as the local run. The parent's await ends its step instead of
+    # blocking when a task still runs (it nearly always does: the scout takes three
+    # rounds), which adds one task_await_waiting.
+    remote_kinds, local_kinds = Counter(kinds(remote_dir)), Counter(kinds(local_dir))
+    assert not local_kinds - remote_kinds
+    assert remote_kinds - local_kinds in (Counter(), Counter({"task_await_waiting": 1}))
+    (awaited,) = [
+        p["result"]
+        for p in payloads(remote_dir, "tool_result_stored")
+        if p["result"]["toolId"] == "builtin:agent.await"
+    ]
+    assert awaited["structured"]["timedOut"] is False
+    assert {t["status"] for t in awaited["structured"]["tasks"]} == {"completed"}
