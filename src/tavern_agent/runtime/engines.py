@@ -93,7 +93,11 @@ class TemporalEngine:
         *,
         task_queue: str | None = None,
         heartbeat_seconds: float = 10.0,
+        activity_per_call: bool = True,
     ) -> None:
+        """``activity_per_call``: each model request and each tool call is an activity
+        (the default); else one activity per step (a model request, or a whole turn's
+        calls), which saves round trips through the server."""
         try:
             from tavern_agent.temporal.workflow import DEFAULT_TASK_QUEUE
         except ImportError:
@@ -103,6 +107,7 @@ class TemporalEngine:
         self.address = address
         self.task_queue = task_queue or DEFAULT_TASK_QUEUE
         self.heartbeat_seconds = heartbeat_seconds
+        self.activity_per_call = activity_per_call
 
     async def execute(self, run: Run, listeners: tuple[Listener, ...] = ()) -> RunResult:
         from tavern_agent.temporal.workflow import WORKFLOW_NAME, RunInput, StepOutcome
@@ -110,7 +115,11 @@ class TemporalEngine:
         client = await self._client()
         handle = await client.start_workflow(
             WORKFLOW_NAME,
-            RunInput(str(run.run_dir), self.heartbeat_seconds),
+            RunInput(
+                str(run.run_dir),
+                self.heartbeat_seconds,
+                activity_per_call=self.activity_per_call,
+            ),
             id=run.id,
             task_queue=self.task_queue,
             result_type=StepOutcome,

@@ -52,6 +52,9 @@ class RunInput:
     # The call the run's next activity runs (None: a model request), when a
     # workflow continues as new between two calls of a turn.
     next_call: str | None = None
+    # False: one activity per step (a model request, or a whole turn's calls), the
+    # loop of workflows started before the activity per call; fewer round trips.
+    activity_per_call: bool = True
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,8 @@ class RunWorkflow:
     async def run(self, params: RunInput) -> StepOutcome:
         children = Children(params)
         try:
-            if workflow.patched(PER_CALL_PATCH):
+            # Input first: a workflow asked for steps records no patch marker.
+            if params.activity_per_call and workflow.patched(PER_CALL_PATCH):
                 return await self._activities(params, children)
             return await self._steps(params, children)
         except (CancelledError, ActivityError) as exc:
@@ -146,7 +150,8 @@ class RunWorkflow:
                 workflow.continue_as_new(replace(params, next_call=next_call))
 
     async def _steps(self, params: RunInput, children: Children) -> StepOutcome:
-        """The loop of workflows started before the activity per call."""
+        """One activity per step: workflows started before the activity per call, and
+        those asked for it."""
         while True:
             outcome = await _activity(STEP_ACTIVITY, params.run_dir, params)
             if outcome.kind == "ended":
