@@ -1,4 +1,4 @@
-"""``tavern-agent worker``: take the steps of runs submitted to a Temporal server."""
+"""``tavern-agent worker``: run the activities of runs submitted to a Temporal server."""
 
 from __future__ import annotations
 
@@ -13,23 +13,25 @@ from tavern_agent.mcp.approval import approver_for
 @click.command("worker")
 @click.option("--temporal", required=True, metavar="HOST:PORT", help="The Temporal server.")
 @click.option("--task-queue", default=None, help="The task queue to poll (default tavern-agent).")
-@click.option("--concurrency", type=int, default=8, show_default=True, help="Steps run at once.")
+@click.option(
+    "--concurrency", type=int, default=8, show_default=True, help="Activities run at once."
+)
 @click.option(
     "--engine-cache/--no-engine-cache",
     default=True,
     show_default=True,
-    help="Keep each run's state between the steps this worker takes (else fold its journal "
-    "at every step).",
+    help="Keep each run's state between the activities this worker runs (else fold its journal "
+    "at every activity).",
 )
 @click.pass_context
 def worker_command(
     ctx: click.Context, temporal: str, task_queue: str | None, concurrency: int, engine_cache: bool
 ) -> None:
-    """Run the steps of runs submitted with ``run --engine temporal``, until stopped.
+    """Run the model requests and tool calls of runs submitted with ``run --engine temporal``.
 
     Every worker must see the same data root (--data-dir, a shared volume):
     a run's folder, journal and chat are read and written there by whichever
-    worker takes its next step.
+    worker runs its next activity. Runs until stopped.
     """
     try:
         from tavern_agent.temporal.worker import serve
