@@ -101,7 +101,7 @@ class RunWorkflow:
                 await children.start(outcome.live_tasks)
                 if outcome.kind == "Awaiting":
                     await children.wait(outcome)
-        except (CancelledError, ActivityError) as exc:
+        except (asyncio.CancelledError, CancelledError, ActivityError) as exc:
             if not _cancelled(exc):
                 raise
         # Cancelled between steps, or during one: the children stop (their steps write
@@ -181,7 +181,7 @@ class TaskWorkflow:
                 )
                 if status:
                     return status
-        except (CancelledError, ActivityError) as exc:
+        except (asyncio.CancelledError, CancelledError, ActivityError) as exc:
             if not _cancelled(exc):
                 raise
         # Stopped with its run: the run's ending (or its cancel step) pairs the
@@ -190,4 +190,7 @@ class TaskWorkflow:
 
 
 def _cancelled(exc: BaseException) -> bool:
-    return isinstance(exc, CancelledError) or isinstance(exc.__cause__, CancelledError)
+    # Cancelled while an activity ran (the SDK's error, maybe as an activity's cause),
+    # or while the workflow itself waited (asyncio's, e.g. on its tasks' workflows).
+    cancelled = (CancelledError, asyncio.CancelledError)
+    return isinstance(exc, cancelled) or isinstance(exc.__cause__, cancelled)
