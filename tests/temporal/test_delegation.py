@@ -20,14 +20,17 @@ from typing import Any
 
 import pytest
 
-from tavern_agent.runtime.run import all_runs
-from tavern_agent.runtime.scripted import AgentScript, call
 from tavern_agent.temporal.worker import connect
 from tavern_agent.temporal.workflow import TASK_STEP_ACTIVITY
-from tavern_agent.workspace.layout import DataRoot
 from tests.chat.helpers import write_chat
-from tests.runtime.helpers import COMMIT, FINISH, TEXTS, write
-from tests.runtime.test_agents import await_, delegate, drive, returns, setup, two_children
+from tests.runtime.helpers import TEXTS
+from tests.runtime.test_agents import drive, setup, two_children
+from tests.runtime.test_durable_children import (
+    calls_kind,
+    child_in_shell,
+    child_shell_result,
+    record_a_digging_child,
+)
 from tests.temporal.conftest import Workers
 from tests.temporal.helpers import (
     cli_command,
@@ -129,75 +132,6 @@ def test_delegated_tasks_run_as_child_workflows_with_the_local_outcome(
     ]
     assert awaited["structured"]["timedOut"] is False
     assert {t["status"] for t in awaited["structured"]["tasks"]} == {"completed"}
-
-
-DIGGER = {
-    "id": "digger",
-    "name": "Digger",
-    "description": "Digs with the shell.",
-    "tools": {"allow": ["builtin:workspace.shell", "builtin:workspace.write_file"]},
-    "delegation": {"callable": True},
-}
-
-
-def record_a_digging_child(tmp: Path, seconds: int) -> tuple[Path, Path, Path]:
-    """A recorded run whose child's first call is a shell call of ``seconds`` seconds.
-
-    Recorded with a one-second shell call; the recording is then edited to ask for
-    ``seconds``, so that a test can act while the call runs. Returns the recording,
-    the profiles folder and the root profile file.
-    """
-    h, root = setup(tmp / "recorded")
-    (h.data.path / "profiles" / "digger.json").write_text(json.dumps(DIGGER))
-    scripts: dict[str, AgentScript] = {
-        "writer": [
-            call(*delegate("digger", "Dig under the bridge.")),
-            call(*await_()),
-            call(*write("They find the old ford.")),
-            call(*COMMIT),
-            call(*FINISH),
-        ],
-        "digger": [call("workspace_shell", {"command": "sleep 1; echo dug"}), returns("Dug.")],
-    }
-    recorded, result, _, _ = drive(h, root, scripts)
-    assert (result.status, result.commits) == ("completed", 2)
-    for response in (recorded.run_dir / "model-responses").rglob("*.json"):
-        text = response.read_text(encoding="utf-8")
-        response.write_text(text.replace("sleep 1;", f"sleep {seconds};"), encoding="utf-8")
-    profile = tmp / "writer.json"
-    profile.write_text(json.dumps(root.to_json()))
-    return recorded.run_dir, h.data.path / "profiles", profile
-
-
-calls_kind = "tool_call_started"
-
-
-async def child_in_shell(data: Path) -> tuple[Path, str]:
-    """Wait until a run's delegated child is inside its shell call: the run, its task."""
-    while True:
-        for run_dir in all_runs(DataRoot(data)):
-            started = payloads(run_dir, "task_started")
-            calls = payloads(run_dir, "tool_call_started")
-            child = started[0]["invocationId"] if started else None
-            if calls and calls[-1]["invocationId"] == child and kinds(run_dir)[-1] == calls_kind:
-                return run_dir, started[0]["taskId"]
-        await asyncio.sleep(0.05)
-
-
-def child_shell_result(run_dir: Path) -> dict[str, Any]:
-    """The stored result of the child's shell call (its only one)."""
-    ((child, call_id),) = [
-        (p["invocationId"], p["callId"])
-        for p in payloads(run_dir, "tool_call_requested")
-        if p["name"] == "workspace_shell"
-    ]
-    assert child == payloads(run_dir, "task_started")[0]["invocationId"]
-    (shell,) = [
-        p["result"]
-        for p in payloads(run_dir, "tool_result_stored")
-        if (p["invocationId"], p["callId"]) == (child, call_id)
-    ]
-    return shell
 
 
 def test_a_killed_worker_s_child_step_goes_on_elsewhere_without_running_twice(
