@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly
 from tavern_agent.chat.formats import WorldBook, parse_chat
 from tavern_agent.core.profile import Profile
@@ -82,6 +83,18 @@ class Harness:
 
     def chat_messages(self) -> list[dict[str, Any]]:
         return [m.raw for m in parse_chat(self.chat_path.read_bytes()).messages]
+
+
+def kinds(run_dir: Path) -> list[str]:
+    """The event types of the journal in ``run_dir``, in order."""
+    return [e["type"] for e in read_events(run_dir / run_layout.JOURNAL_FILE)]
+
+
+def payloads(run_dir: Path, kind: str) -> list[dict[str, Any]]:
+    """The payloads of the journal's ``kind`` events in ``run_dir``, in order."""
+    return [
+        e["payload"] for e in read_events(run_dir / run_layout.JOURNAL_FILE) if e["type"] == kind
+    ]
 
 
 def events(run: Run) -> list[dict[str, Any]]:

@@ -11,16 +11,32 @@ worker, so the journal alone must carry the children.
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
+import signal
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tavern_agent.runtime.loop import Engine, RunResult
-from tavern_agent.runtime.run import Run
+from tavern_agent.runtime.run import Run, all_runs
 from tavern_agent.runtime.scripted import AgentScript, ScriptedAgents, call
 from tavern_agent.runtime.turns import Awaiting
-from tests.runtime.helpers import COMMIT, FINISH, Harness, events, write
+from tavern_agent.workspace.layout import DataRoot
+from tests.chat.helpers import write_chat
+from tests.runtime.helpers import (
+    COMMIT,
+    FINISH,
+    TEXTS,
+    Harness,
+    events,
+    kinds,
+    payloads,
+    write,
+)
 from tests.runtime.test_agents import (
     await_,
     delegate,
@@ -31,6 +47,7 @@ from tests.runtime.test_agents import (
     stored,
     two_children,
 )
+from tests.test_cli import run as run_cli
 
 Opener = Callable[[], Engine]
 
@@ -212,3 +229,97 @@ def test_a_durable_run_resumed_locally_goes_on_with_its_live_child(tmp_path: Pat
     # the child's first round was not asked again
     scout_requests = [r for r in model.requests if r.snapshot.profile_id == "scout"]
     assert len(scout_requests) == 2
+
+
+DIGGER = {
+    "id": "digger",
+    "name": "Digger",
+    "description": "Digs with the shell.",
+    "tools": {"allow": ["builtin:workspace.shell", "builtin:workspace.write_file"]},
+    "delegation": {"callable": True},
+}
+
+
+def record_a_digging_child(tmp: Path, seconds: int) -> tuple[Path, Path, Path]:
+    """A recorded run whose child's first call is a shell call of ``seconds`` seconds.
+
+    Recorded with a one-second shell call; the recording is then edited to ask for
+    ``seconds``, so that a test can act while the call runs. Returns the recording,
+    the profiles folder and the root profile file.
+    """
+    h, root = setup(tmp / "recorded")
+    (h.data.path / "profiles" / "digger.json").write_text(json.dumps(DIGGER))
+    scripts: dict[str, AgentScript] = {
+        "writer": [
+            call(*delegate("digger", "Dig under the bridge.")),
+            call(*await_()),
+            call(*write("They find the old ford.")),
+            call(*COMMIT),
+            call(*FINISH),
+        ],
+        "digger": [call("workspace_shell", {"command": "sleep 1; echo dug"}), returns("Dug.")],
+    }
+    recorded, result, _, _ = drive(h, root, scripts)
+    assert (result.status, result.commits) == ("completed", 2)
+    for response in (recorded.run_dir / "model-responses").rglob("*.json"):
+        text = response.read_text(encoding="utf-8")
+        response.write_text(text.replace("sleep 1;", f"sleep {seconds};"), encoding="utf-8")
+    profile = tmp / "writer.json"
+    profile.write_text(json.dumps(root.to_json()))
+    return recorded.run_dir, h.data.path / "profiles", profile
+
+
+calls_kind = "tool_call_started"
+
+
+async def child_in_shell(data: Path) -> tuple[Path, str]:
+    """Wait until a run's delegated child is inside its shell call: the run, its task."""
+    while True:
+        for run_dir in all_runs(DataRoot(data)):
+            started = payloads(run_dir, "task_started")
+            calls = payloads(run_dir, "tool_call_started")
+            child = started[0]["invocationId"] if started else None
+            if calls and calls[-1]["invocationId"] == child and kinds(run_dir)[-1] == calls_kind:
+                return run_dir, started[0]["taskId"]
+        await asyncio.sleep(0.05)
+
+
+def child_shell_result(run_dir: Path) -> dict[str, Any]:
+    """The stored result of the child's shell call (its only one)."""
+    ((child, call_id),) = [
+        (p["invocationId"], p["callId"])
+        for p in payloads(run_dir, "tool_call_requested")
+        if p["name"] == "workspace_shell"
+    ]
+    assert child == payloads(run_dir, "task_started")[0]["invocationId"]
+    (shell,) = [
+        p["result"]
+        for p in payloads(run_dir, "tool_result_stored")
+        if (p["invocationId"], p["callId"]) == (child, call_id)
+    ]
+    return shell
+
+
+def test_run_resume_goes_on_with_a_child_cut_off_in_its_shell_call(tmp_path: Path) -> None:
+    """``run`` killed while its child runs a shell call; ``run --resume`` finishes the run:
+    the child's cut-off call gets the outcome-unknown result and the child goes on."""
+    recorded, profiles, profile = record_a_digging_child(tmp_path, 60)
+    data = tmp_path / "data"
+    shutil.copytree(profiles, data / "profiles")
+    chat = write_chat(tmp_path / "chat.jsonl", TEXTS)
+    args = ["run", str(chat), "--profile", str(profile), "--replay", str(recorded), "--json"]
+    command = [sys.executable, "-m", "tavern_agent", "--data-dir", str(data), *args]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    try:
+        run_dir, _ = asyncio.run(asyncio.wait_for(child_in_shell(data), 60))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    resumed = run_cli("run", "--resume", run_dir.name, "--json", data_dir=data)
+    assert resumed.returncode == 0, resumed.stderr
+    outcome = json.loads(resumed.stdout)
+    assert (outcome["status"], outcome["commits"]) == ("completed", 2)
+    assert outcome["committedMessage"] == "They find the old ford."
+    assert child_shell_result(run_dir)["errorCode"] == "tool.outcome_unknown"
+    finished = payloads(run_dir, "task_finished")
+    assert [(p["status"], p["result"]["summary"]) for p in finished] == [("completed", "Dug.")]

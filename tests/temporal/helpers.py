@@ -11,22 +11,13 @@ from typing import Any
 
 from temporalio.worker import Replayer
 
-from tavern_agent import run_layout
 from tavern_agent.chat.formats import parse_chat
-from tavern_agent.runtime.journal import read_events
 from tavern_agent.temporal.worker import connect
 from tavern_agent.temporal.workflow import RunWorkflow
+from tests.runtime.helpers import kinds, payloads
 from tests.temporal.conftest import ROOT
 
-
-def kinds(run_dir: Path) -> list[str]:
-    return [e["type"] for e in read_events(run_dir / run_layout.JOURNAL_FILE)]
-
-
-def payloads(run_dir: Path, kind: str) -> list[dict[str, Any]]:
-    return [
-        e["payload"] for e in read_events(run_dir / run_layout.JOURNAL_FILE) if e["type"] == kind
-    ]
+__all__ = ["kinds", "payloads"]  # journal readers the Temporal tests import from here
 
 
 def run_messages(chat_file: Path, run_id: str) -> list[str]:

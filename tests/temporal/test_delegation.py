@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import signal
+import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,8 +25,25 @@ from tavern_agent.temporal.workflow import TASK_STEP_ACTIVITY
 from tests.chat.helpers import write_chat
 from tests.runtime.helpers import TEXTS
 from tests.runtime.test_agents import drive, setup, two_children
+from tests.runtime.test_durable_children import (
+    calls_kind,
+    child_in_shell,
+    child_shell_result,
+    record_a_digging_child,
+)
 from tests.temporal.conftest import Workers
-from tests.temporal.helpers import cli_json, kinds, payloads, replay
+from tests.temporal.helpers import (
+    cli_command,
+    cli_env,
+    cli_json,
+    cli_text,
+    kinds,
+    payloads,
+    replay,
+    run_messages,
+    running_step_worker,
+    steps_by_worker,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -113,3 +132,87 @@ def test_delegated_tasks_run_as_child_workflows_with_the_local_outcome(
     ]
     assert awaited["structured"]["timedOut"] is False
     assert {t["status"] for t in awaited["structured"]["tasks"]} == {"completed"}
+
+
+def test_a_killed_worker_s_child_step_goes_on_elsewhere_without_running_twice(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    recorded, profiles, profile = record_a_digging_child(tmp_path, 60)
+    data = tmp_path / "data"
+    shutil.copytree(profiles, data / "profiles")
+    workers = Workers(temporal_server, data, "kill-child")
+    procs = [workers.start(), workers.start()]
+    args = replay_args(tmp_path, "chat", profile, recorded)
+    submit = ["--engine", "temporal", "--temporal", temporal_server, "--task-queue", "kill-child"]
+
+    async def scenario() -> tuple[dict[str, Any], int]:
+        running = asyncio.ensure_future(cli_json(data, *args, *submit))
+        run_dir, task_id = await child_in_shell(data)
+        pid = await running_step_worker(temporal_server, f"{run_dir.name}/{task_id}")
+        (victim,) = [p for p in procs if p.pid == pid]
+        workers.kill(victim)
+        return await asyncio.wait_for(running, 120), pid
+
+    try:
+        outcome, killed = asyncio.run(scenario())
+    finally:
+        workers.stop_all()
+    assert (outcome["status"], outcome["commits"]) == ("completed", 2)
+    run_dir = Path(outcome["runDir"])
+    assert run_messages(tmp_path / "chat.jsonl", outcome["runId"]) == ["They find the old ford."]
+    # the shell call cut off by the kill is not run again: its outcome is unknown
+    assert child_shell_result(run_dir)["errorCode"] == "tool.outcome_unknown"
+    # no call started twice: delegate, await, shell, task_return, write, commit, finish
+    started = Counter((p["invocationId"], p["callId"]) for p in payloads(run_dir, calls_kind))
+    assert len(started) == 7 and set(started.values()) == {1}
+    finished = payloads(run_dir, "task_finished")
+    assert [(f["status"], f["result"]["summary"]) for f in finished] == [("completed", "Dug.")]
+    by_worker = asyncio.run(steps_by_worker(temporal_server, [outcome["runId"]]))
+    assert set(by_worker) - {killed}  # the other worker took the run's later steps
+
+
+def test_runs_cancel_stops_the_children_and_pairs_their_calls_on_either_engine(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    recorded, profiles, profile = record_a_digging_child(tmp_path, 60)
+    data, local = tmp_path / "data", tmp_path / "local-data"
+    for where in (data, local):
+        shutil.copytree(profiles, where / "profiles")
+    workers = Workers(temporal_server, data, "cancel-child")
+    workers.start()
+    submit = ["--engine", "temporal", "--temporal", temporal_server, "--task-queue", "cancel-child"]
+
+    async def on_temporal_engine() -> tuple[Path, dict[str, Any], str]:
+        args = replay_args(tmp_path, "remote", profile, recorded)
+        running = asyncio.ensure_future(cli_json(data, *args, *submit, exit_code=1))
+        run_dir, _ = await child_in_shell(data)
+        said = await cli_text(data, "runs", "cancel", run_dir.name, "--temporal", temporal_server)
+        outcome = await asyncio.wait_for(running, 60)
+        await replay(temporal_server, run_dir.name)
+        return run_dir, outcome, said
+
+    async def on_local_engine() -> tuple[Path, str]:
+        args = replay_args(tmp_path, "local", profile, recorded)
+        proc = subprocess.Popen(cli_command(local, *args, "--json"), env=cli_env())
+        run_dir, _ = await child_in_shell(local)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        return run_dir, await cli_text(local, "runs", "cancel", run_dir.name)
+
+    try:
+        remote, outcome, said = asyncio.run(on_temporal_engine())
+        local_dir, local_said = asyncio.run(on_local_engine())
+    finally:
+        workers.stop_all()
+    assert said == f"{remote.name}: cancelled" and local_said == f"{local_dir.name}: cancelled"
+    assert (outcome["status"], outcome["errorCode"]) == ("cancelled", "run.cancelled")
+    for run_dir in (remote, local_dir):
+        assert child_shell_result(run_dir)["errorCode"] == "tool.outcome_unknown"
+        finished = payloads(run_dir, "task_finished")
+        assert [(f["status"], f["reason"]) for f in finished] == [("cancelled", "run_ended")]
+        assert kinds(run_dir)[-1] == "run_cancelled"
+        # every call that was requested has exactly one result
+        results = Counter(p["callId"] for p in payloads(run_dir, "tool_result_stored"))
+        requested = Counter(p["callId"] for p in payloads(run_dir, "tool_call_requested"))
+        assert results == requested
+    assert Counter(kinds(remote)) - Counter({"task_await_waiting": 1}) == Counter(kinds(local_dir))

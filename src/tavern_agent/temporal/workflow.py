@@ -114,7 +114,7 @@ class RunWorkflow:
             if params.activity_per_call and workflow.patched(PER_CALL_PATCH):
                 return await self._activities(params, children)
             return await self._steps(params, children)
-        except (CancelledError, ActivityError) as exc:
+        except (asyncio.CancelledError, CancelledError, ActivityError) as exc:
             if not _cancelled(exc):
                 raise
         # Cancelled between activities, or during one: the children stop (their steps
@@ -244,7 +244,7 @@ class TaskWorkflow:
                 )
                 if status:
                     return status
-        except (CancelledError, ActivityError) as exc:
+        except (asyncio.CancelledError, CancelledError, ActivityError) as exc:
             if not _cancelled(exc):
                 raise
         # Stopped with its run: the run's ending (or its cancel step) pairs the
@@ -253,4 +253,7 @@ class TaskWorkflow:
 
 
 def _cancelled(exc: BaseException) -> bool:
-    return isinstance(exc, CancelledError) or isinstance(exc.__cause__, CancelledError)
+    # Cancelled while an activity ran (the SDK's error, maybe as an activity's cause),
+    # or while the workflow itself waited (asyncio's, e.g. on its tasks' workflows).
+    cancelled = (CancelledError, asyncio.CancelledError)
+    return isinstance(exc, cancelled) or isinstance(exc.__cause__, cancelled)
