@@ -25,7 +25,7 @@ from tavern_agent.runtime.scripted import (
     call,
     calls,
 )
-from tavern_agent.runtime.turns import NextCall
+from tavern_agent.runtime.turns import NextCall, NextRound
 from tests.runtime.helpers import (
     COMMIT,
     EXAMPLES,
@@ -218,7 +218,8 @@ SHELL_SCRIPT: Script = [
 def test_a_retried_call_step_never_runs_a_call_twice(tmp_path: Path) -> None:
     """A step cut off inside its call (its worker lost) leaves the call started: the
     retried step gives it the outcome-unknown result. A step retried after its call
-    had a result, or a model step while calls are open, runs nothing."""
+    had a result (its turn's end included), or a model step while calls are open, runs
+    nothing."""
     h = Harness(tmp_path)
     prof = Profile.from_json(
         {
@@ -252,12 +253,22 @@ def test_a_retried_call_step_never_runs_a_call_twice(tmp_path: Path) -> None:
         assert isinstance(first, NextCall)
         shell = first.call_id
         await step(shell, cut_off=True)
-        return [await step(shell), await step(None), await step(shell)]
+        answers = [await step(shell), await step(None), await step(shell)]
+        assert isinstance(answers[-1], NextCall)
+        write_id = answers[-1].call_id
+        # The turn's last call; its turn's end auto-publishes the body it wrote.
+        assert await step(write_id) == NextRound()
+        ended_turn = types(run)
+        # Retried after it had ended (its answer lost): nothing runs, nothing is journaled.
+        assert await step(write_id) == NextRound()
+        assert types(run) == ended_turn
+        return answers
 
     after_retry, model_step, again = asyncio.run(scenario())
     shell_id = results(run)[0]["callId"]
     assert isinstance(again, NextCall) and again.call_id != shell_id  # the write is next
     assert after_retry == model_step == again
     kinds = types(run)
-    assert kinds.count("tool_call_started") == 1 and kinds.count("model_request") == 1
-    assert [r.get("errorCode") for r in results(run)] == ["tool.outcome_unknown"]
+    assert kinds.count("tool_call_started") == 2 and kinds.count("model_request") == 1
+    assert kinds.count("commit_confirmed") == 1  # the turn's auto-publish, once
+    assert [r.get("errorCode") for r in results(run)] == ["tool.outcome_unknown", None]

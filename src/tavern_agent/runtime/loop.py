@@ -299,9 +299,10 @@ class Engine:
     ) -> Next | NextCall | Awaiting | RunResult:
         """Do one step of the run; a :class:`RunResult` once it has ended.
 
-        A step is one model request, or one turn's calls; with ``one_call`` it
-        is one model request or ONE call (see :meth:`_one_step`), and a
-        :class:`NextCall` says which call of the open turn runs next.
+        A step is one model request, or one turn's calls. With ``one_call`` it
+        is one model request (``call_id`` None) or the one call ``call_id`` of
+        the open turn (see :meth:`_one_step`), and a :class:`NextCall` says
+        which call runs next; the local engine runs whole turns.
 
         The unit of work of a durable engine (one activity each): the state is
         the fold of the journal, so any worker can take the next step. A fresh
