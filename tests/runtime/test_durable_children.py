@@ -23,7 +23,7 @@ from typing import Any
 
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run, all_runs
-from tavern_agent.runtime.scripted import AgentScript, ScriptedAgents, call
+from tavern_agent.runtime.scripted import AgentScript, ScriptedAgents, call, calls
 from tavern_agent.runtime.turns import Awaiting
 from tavern_agent.workspace.layout import DataRoot
 from tests.chat.helpers import write_chat
@@ -66,12 +66,16 @@ def openers(h: Harness, run: Run, gateway: ScriptedAgents, *, fresh: bool) -> Op
     return open_engine
 
 
-async def host(open_engine: Opener, *, fresh: bool, stall: bool = False) -> RunResult:
+async def host(
+    open_engine: Opener, *, fresh: bool, stall: bool = False, steps: Counter[str] | None = None
+) -> RunResult:
     """The run workflow's loop in one process; ``stall``: children take no step (their
     model never answers), so every wait times out."""
     ended: dict[str, str | None] = {}  # task id -> its status once ended, None while live
 
     async def step_task(task_id: str) -> None:
+        if steps is not None:
+            steps[task_id] += 1
         engine = open_engine()
         try:
             ended[task_id] = await engine.step_task(task_id)
@@ -150,6 +154,36 @@ def test_children_stepped_on_fresh_engines_give_the_local_outcome(tmp_path: Path
         results = per_call("tool_result_stored")
         assert set(results) == set(per_call("tool_call_requested"))
         assert set(results.values()) == {1}
+
+
+def test_a_task_step_is_one_model_request_or_one_call(tmp_path: Path) -> None:
+    """A child turn of two calls takes two steps, the turn's end after the second."""
+    h, root = setup(tmp_path)
+    scripts: dict[str, AgentScript] = {
+        "writer": [
+            call(*delegate("scout", "Roll and note.")),
+            call(*await_()),
+            call(*write("Noted.")),
+            call(*COMMIT),
+            call(*FINISH),
+        ],
+        "scout": [
+            calls(("dice_roll", {"formula": "1d6"}), write("rolled", "scratch/roll.md")),
+            returns("Rolled."),
+        ],
+    }
+    steps: Counter[str] = Counter()
+    run, result = durable(h, root, scripts, fresh=True, steps=steps)
+    assert (result.status, result.commits) == ("completed", 2)
+    (task_id,) = steps
+    (child,) = [p["invocationId"] for p in of_type(run, "task_started")]
+    requests = [p for p in of_type(run, "model_request") if p["invocationId"] == child]
+    child_calls = [p for p in of_type(run, "tool_call_requested") if p["invocationId"] == child]
+    assert (len(requests), len(child_calls)) == (2, 3)
+    assert steps[task_id] == len(requests) + len(child_calls)
+    assert (run.workspace.root / "scratch" / "roll.md").read_text() == "rolled"
+    finished = of_type(run, "task_finished")
+    assert [(f["status"], f["result"]["summary"]) for f in finished] == [("completed", "Rolled.")]
 
 
 def test_an_await_that_times_out_on_a_durable_engine_reports_the_running_task(

@@ -117,8 +117,21 @@ def test_delegated_tasks_run_as_child_workflows_with_the_local_outcome(
     # one child workflow per task, named after the run and the task, stepping the task
     tasks = [p["taskId"] for p in payloads(remote_dir, "task_started")]
     assert sorted(children) == sorted(f"{remote['runId']}/{t}" for t in tasks)
-    for activities in children.values():
-        assert activities and set(activities) == {TASK_STEP_ACTIVITY}
+    # a task's activity is one of its model requests or one of its calls
+    for task in payloads(remote_dir, "task_started"):
+        activities = children[f"{remote['runId']}/{task['taskId']}"]
+        requests = [
+            p
+            for p in payloads(remote_dir, "model_request")
+            if p["invocationId"] == task["invocationId"]
+        ]
+        calls = [
+            p
+            for p in payloads(remote_dir, "tool_call_requested")
+            if p["invocationId"] == task["invocationId"]
+        ]
+        assert set(activities) == {TASK_STEP_ACTIVITY}
+        assert len(activities) == len(requests) + len(calls) >= 2
     # The same events as the local run. The parent's await ends its step instead of
     # blocking when a task still runs (it nearly always does: the scout takes three
     # rounds), which adds one task_await_waiting.

@@ -389,8 +389,9 @@ class Engine:
     async def step_task(self, task_id: str) -> str | None:
         """One step of a delegated task (durable engines); its status once it has ended.
 
-        A child workflow's unit of work: the task's open turn, or one model
-        request. Like :meth:`step_once`, it folds the journal first when this
+        A child workflow's unit of work: one model request of the task, or its
+        open turn's next call (as :meth:`step_once` with ``one_call``; the turn's
+        end follows its last call). Like :meth:`step_once`, it folds the journal first when this
         engine did not take the previous step of the run. A task that the fold
         does not know (its records lost to a power failure) reads as failed.
         """
@@ -399,7 +400,7 @@ class Engine:
         if task is None:
             return "failed"
         if task.live:
-            await self._child_step(task)
+            await self._child_step(task, one_call=True)
         return None if task.live else task.status
 
     @property
@@ -543,14 +544,16 @@ class Engine:
                 self.agents.fail(task, "cancelled", "The task was stopped before it returned.")
             raise
 
-    async def _child_step(self, task: AgentTask) -> None:
-        """One step of a delegated task: its open turn's calls, or one model request."""
+    async def _child_step(self, task: AgentTask, *, one_call: bool = False) -> None:
+        """One step of a delegated task: its open turn's calls (``one_call``: the next
+        one), or one model request."""
         inv = task.inv
         limit = task.profile.limits.max_rounds
         try:
             turn = inv.last_turn()
-            if turn is not None and inv.pending_calls():
-                await self._run_calls(inv, turn, inv.round)
+            pending = inv.pending_calls()
+            if turn is not None and pending:
+                await self._run_calls(inv, turn, inv.round, only=pending[0] if one_call else None)
                 return
             last = inv.transcript.items[-1]
             if isinstance(last, AssistantMessage) and not last.calls:
@@ -669,7 +672,7 @@ class Engine:
             if rc.call_id in inv.resulted:
                 continue
             if only is not None and rc.call_id != only:
-                return self._call_end(step, rc.call_id)
+                return self._call_end(inv, step, rc.call_id)
             if (inv.id, rc.call_id) in self.agents.awaiting:  # a durable step left it waiting
                 result = await self._continue_await(inv, rc)
                 self._store(inv, rc, result, number, 0.0)
@@ -700,11 +703,13 @@ class Engine:
                 step = after
         return self._turn_end(inv, number, step)
 
-    def _call_end(self, step: Next, next_call: str) -> NextCall:
+    def _call_end(self, inv: Invocation, step: Next, next_call: str) -> NextCall:
         """The end of a step of one call, when more calls of the turn are open."""
         # An accepted finish or handoff waits for the turn's end, as the journal's
-        # fold would find it on a fresh engine.
-        self.resume_at = None if isinstance(step, NextRound) else step
+        # fold would find it on a fresh engine. (A delegated task's step never
+        # touches where the run's main line stands.)
+        if not inv.is_child:
+            self.resume_at = None if isinstance(step, NextRound) else step
         # The step's end is recorded elsewhere (a durable engine's activity completes)
         # and the next call may run on a fresh engine: the journal must be durable and
         # the read states saved now, not at the turn's end.
