@@ -33,7 +33,6 @@ from tests.runtime.helpers import (
     TEXTS,
     Harness,
     events,
-    kinds,
     payloads,
     write,
 )
@@ -141,8 +140,8 @@ def test_children_stepped_on_fresh_engines_give_the_local_outcome(tmp_path: Path
         assert len(awaited) == 1 and awaited[0]["structured"]["timedOut"] is False
         assert "summaries/scout-result.md" in awaited[0]["content"]
         # the same events as the local run, plus the wait; only their order differs
-        kinds = Counter(e["type"] for e in events(run))
-        assert kinds - Counter({"task_await_waiting": 1}) == Counter(
+        counted = Counter(e["type"] for e in events(run))
+        assert counted - Counter({"task_await_waiting": 1}) == Counter(
             e["type"] for e in events(local)
         )
 
@@ -307,14 +306,21 @@ calls_kind = "tool_call_started"
 
 
 async def child_in_shell(data: Path) -> tuple[Path, str]:
-    """Wait until a run's delegated child is inside its shell call: the run, its task."""
+    """Wait until a run's delegated child is inside its shell call and its parent inside
+    its await call (in either order): the run, its task."""
     while True:
         for run_dir in all_runs(DataRoot(data)):
-            started = payloads(run_dir, "task_started")
-            calls = payloads(run_dir, "tool_call_started")
-            child = started[0]["invocationId"] if started else None
-            if calls and calls[-1]["invocationId"] == child and kinds(run_dir)[-1] == calls_kind:
-                return run_dir, started[0]["taskId"]
+            requested = {
+                (p["invocationId"], p["callId"]): p["name"]
+                for p in payloads(run_dir, "tool_call_requested")
+            }
+            done = {
+                (p["invocationId"], p["callId"]) for p in payloads(run_dir, "tool_result_stored")
+            }
+            started = {(p["invocationId"], p["callId"]) for p in payloads(run_dir, calls_kind)}
+            running = {requested[call] for call in started - done}
+            if {"workspace_shell", "agent_await"} <= running:
+                return run_dir, payloads(run_dir, "task_started")[0]["taskId"]
         await asyncio.sleep(0.05)
 
 

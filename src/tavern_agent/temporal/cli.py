@@ -27,7 +27,8 @@ from tavern_agent.mcp.approval import approver_for
 def worker_command(
     ctx: click.Context, temporal: str, task_queue: str | None, concurrency: int, engine_cache: bool
 ) -> None:
-    """Run the model requests and tool calls of runs submitted with ``run --engine temporal``.
+    """Run the model requests and tool calls of runs submitted with ``run --engine temporal``
+    (their delegated agents' too).
 
     Every worker must see the same data root (--data-dir, a shared volume):
     a run's folder, journal and chat are read and written there by whichever

@@ -14,13 +14,14 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError
 from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
 
+T = TypeVar("T")
 WORKFLOW_NAME = "tavern-agent-run"
 TASK_WORKFLOW_NAME = "tavern-agent-task"
 MODEL_ACTIVITY = "model_request"
@@ -134,10 +135,10 @@ class RunWorkflow:
         next_call = params.next_call
         while True:
             if next_call is None:
-                outcome = await _activity(MODEL_ACTIVITY, params.run_dir, params)
+                outcome = await _activity(MODEL_ACTIVITY, params.run_dir, params, StepOutcome)
             else:
                 call = CallInput(params.run_dir, next_call)
-                outcome = await _activity(CALL_ACTIVITY, call, params)
+                outcome = await _activity(CALL_ACTIVITY, call, params, StepOutcome)
             if outcome.kind == "ended":
                 return outcome
             await children.start(outcome.live_tasks)
@@ -153,7 +154,7 @@ class RunWorkflow:
         """One activity per step: workflows started before the activity per call, and
         those asked for it."""
         while True:
-            outcome = await _activity(STEP_ACTIVITY, params.run_dir, params)
+            outcome = await _activity(STEP_ACTIVITY, params.run_dir, params, StepOutcome)
             if outcome.kind == "ended":
                 return outcome
             await children.start(outcome.live_tasks)
@@ -161,11 +162,14 @@ class RunWorkflow:
                 await children.wait(outcome)
 
 
-async def _activity(name: str, arg: object, params: RunInput) -> StepOutcome:
-    outcome: StepOutcome = await workflow.execute_activity(
+async def _activity(
+    name: str, arg: object, params: RunInput | TaskInput, result_type: type[T]
+) -> T:
+    """Run one of the run's (or a task's) activities, retried as the journal allows."""
+    outcome: T = await workflow.execute_activity(
         name,
         arg,
-        result_type=StepOutcome,
+        result_type=result_type,
         start_to_close_timeout=timedelta(hours=1),
         heartbeat_timeout=timedelta(seconds=params.heartbeat_seconds),
         # Safe to retry: an activity goes on from the journal, and a call journaled as
@@ -233,15 +237,7 @@ class TaskWorkflow:
     async def run(self, params: TaskInput) -> str:
         try:
             while True:
-                status: str = await workflow.execute_activity(
-                    TASK_STEP_ACTIVITY,
-                    params,
-                    result_type=str,
-                    start_to_close_timeout=timedelta(hours=1),
-                    heartbeat_timeout=timedelta(seconds=params.heartbeat_seconds),
-                    retry_policy=STEP_RETRY,  # as the run's steps: a retry folds the journal
-                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                )
+                status = await _activity(TASK_STEP_ACTIVITY, params, params, str)
                 if status:
                     return status
         except (asyncio.CancelledError, CancelledError, ActivityError) as exc:
