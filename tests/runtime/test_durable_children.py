@@ -306,22 +306,29 @@ calls_kind = "tool_call_started"
 
 
 async def child_in_shell(data: Path) -> tuple[Path, str]:
-    """Wait until a run's delegated child is inside its shell call and its parent inside
-    its await call (in either order): the run, its task."""
-    while True:
-        for run_dir in all_runs(DataRoot(data)):
-            requested = {
-                (p["invocationId"], p["callId"]): p["name"]
-                for p in payloads(run_dir, "tool_call_requested")
-            }
-            done = {
-                (p["invocationId"], p["callId"]) for p in payloads(run_dir, "tool_result_stored")
-            }
-            started = {(p["invocationId"], p["callId"]) for p in payloads(run_dir, calls_kind)}
-            running = {requested[call] for call in started - done}
-            if {"workspace_shell", "agent_await"} <= running:
-                return run_dir, payloads(run_dir, "task_started")[0]["taskId"]
-        await asyncio.sleep(0.05)
+    """Wait (at most a minute) until a run's delegated child is inside its shell call:
+    the run, its task. (On Temporal its parent's await may not have started yet: it
+    waits for the run's step lock, which the child's shell call holds.)"""
+
+    async def poll() -> tuple[Path, str]:
+        while True:
+            for run_dir in all_runs(DataRoot(data)):
+                if "workspace_shell" in running_calls(run_dir).values():
+                    return run_dir, payloads(run_dir, "task_started")[0]["taskId"]
+            await asyncio.sleep(0.05)
+
+    return await asyncio.wait_for(poll(), 60)
+
+
+def running_calls(run_dir: Path) -> dict[tuple[str, str], str]:
+    """The calls started without a result yet: (invocation id, call id) -> tool name."""
+    names = {
+        (p["invocationId"], p["callId"]): p["name"]
+        for p in payloads(run_dir, "tool_call_requested")
+    }
+    started = {(p["invocationId"], p["callId"]) for p in payloads(run_dir, calls_kind)}
+    done = {(p["invocationId"], p["callId"]) for p in payloads(run_dir, "tool_result_stored")}
+    return {call: names[call] for call in started - done}
 
 
 def child_shell_result(run_dir: Path) -> dict[str, Any]:
