@@ -9,7 +9,7 @@ from pathlib import Path
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run
 from tavern_agent.runtime.scripted import ScriptedGateway
-from tavern_agent.temporal.activities import EngineCache, HeldEngine
+from tavern_agent.temporal.activities import EngineCache, HeldEngine, UnlockedWhileAsking
 from tests.runtime.helpers import Harness, types
 from tests.runtime.test_step_once import SCRIPT
 
@@ -24,8 +24,9 @@ def test_a_held_engine_is_used_until_another_worker_takes_a_step(tmp_path: Path)
     here = str(run.run_dir)
 
     def fresh() -> HeldEngine:
-        engine = Engine(Run.open(h.assembly, run.run_dir), gateway, fsync=False)
-        return HeldEngine(engine, gateway, 0)
+        unlocked = UnlockedWhileAsking(gateway)  # no lock given: it just asks the model
+        engine = Engine(Run.open(h.assembly, run.run_dir), unlocked, fsync=False)
+        return HeldEngine(engine, unlocked, 0)
 
     async def step(held: HeldEngine) -> object:
         outcome = await held.engine.step_once()

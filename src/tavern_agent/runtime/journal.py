@@ -105,13 +105,15 @@ class Journal:
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         if keep != len(data):
             os.ftruncate(self._fd, keep)
-        os.lseek(self._fd, 0, os.SEEK_END)
+        self._end = os.lseek(self._fd, 0, os.SEEK_END)  # where this writer's last event ends
         self.seq = len(read_events(path))
         self._unsynced = False
 
     def append(
         self, type: str, payload: Mapping[str, Any], *, level: str = "info", sync: bool = False
     ) -> Event:
+        if os.fstat(self._fd).st_size != self._end:
+            self._count_others()
         self.seq += 1
         event: Event = {
             "seq": self.seq,
@@ -135,6 +137,18 @@ class Journal:
             listener(event)
         return event
 
+    def _count_others(self) -> None:
+        """Another writer appended since this one's last event (a durable engine's
+        step of the same run, while this one's model answered): count its events so
+        that ``seq`` goes on without a gap or a repeat."""
+        os.lseek(self._fd, self._end, os.SEEK_SET)
+        chunks = []
+        while chunk := os.read(self._fd, 1 << 20):
+            chunks.append(chunk)
+        tail = b"".join(chunks)
+        self.seq += tail.count(b"\n")
+        self._end += len(tail)
+
     def size(self) -> int:
         """The journal file's length in bytes now."""
         return os.fstat(self._fd).st_size
@@ -146,6 +160,7 @@ class Journal:
             done = 0
             while done < len(data):
                 done += os.write(self._fd, data[done:])
+            self._end = start + done
         except OSError as exc:
             with contextlib.suppress(OSError):  # cut the torn part off; appends go on after
                 os.ftruncate(self._fd, start)

@@ -11,8 +11,10 @@ step never depends on which worker took the previous one. A worker opens its
 
 A run's steps and the steps of its delegated tasks (child workflows) may run
 at the same time on different workers; each holds the run's step lock
-(:func:`run_lock`) from before it reads the journal until after its last
-append, so the journal keeps one writer at a time.
+(:class:`RunLock`) from before it reads the journal until after its last
+append, so the journal keeps one writer at a time. The lock is let go while
+a model answers (:class:`UnlockedWhileAsking`): a run's model requests and
+its tasks' overlap, as they do in one process.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import contextlib
 import fcntl
 import os
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -31,8 +33,9 @@ from temporalio import activity
 
 from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly
-from tavern_agent.providers.gateway import ModelGateway
+from tavern_agent.providers.gateway import ModelGateway, ModelReply, ModelRequest
 from tavern_agent.runtime.engines import gateway_for
+from tavern_agent.runtime.journal import Journal
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run
 from tavern_agent.runtime.turns import Awaiting, NextCall
@@ -51,25 +54,85 @@ T = TypeVar("T")
 LOCK_POLL = 0.05  # seconds between tries of a run's step lock
 
 
-@contextlib.asynccontextmanager
-async def run_lock(run_dir: Path) -> AsyncIterator[None]:
-    """Hold the run's step lock (an ``flock`` on the shared volume) while the body runs.
+class RunLock:
+    """The run's step lock: an ``flock`` of ``.step.lock`` on the shared volume.
 
-    Polled rather than blocking, so the event loop (and the step's heartbeat) goes
-    on while another worker's step of the same run finishes. A dead worker's lock
+    Polled rather than blocking, so the event loop (and the step's heartbeat)
+    goes on while another step of the same run holds it. A dead worker's lock
     goes with its process.
     """
-    fd = os.open(run_dir / run_layout.STEP_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / run_layout.STEP_LOCK_FILE
+        self._fd = -1
+
+    async def acquire(self) -> None:
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
             except BlockingIOError:
                 await asyncio.sleep(LOCK_POLL)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
+
+    def release(self) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # releases the lock if held
+            self._fd = -1
+
+    async def __aenter__(self) -> RunLock:
+        try:
+            await self.acquire()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
+class UnlockedWhileAsking:
+    """The model gateway of a held engine: the run's lock is let go while the model answers.
+
+    Model requests take seconds; the steps of the run's delegated tasks (and their
+    model requests) go on meanwhile. What they journal is not in this engine's
+    state, so :attr:`moved` tells the activity not to keep the engine (the next
+    step folds the journal); the journal counts their events before it appends.
+    """
+
+    def __init__(self, inner: ModelGateway) -> None:
+        self.inner = inner
+        self.lock: RunLock | None = None  # this activity's hold on the run's lock
+        self.journal: Journal | None = None
+        self.moved = False
+
+    async def respond(self, request: ModelRequest) -> ModelReply:
+        lock, journal = self.lock, self.journal
+        if lock is None or journal is None:
+            return await self.inner.respond(request)
+        size = journal.size()
+        lock.release()
+        try:
+            reply = await self.inner.respond(request)
+        except asyncio.CancelledError:
+            raise  # the step stops and writes nothing more: it needs the lock no more
+        except BaseException:
+            await self._hold_again(lock, journal, size)  # the engine journals the failure
+            raise
+        await self._hold_again(lock, journal, size)
+        return reply
+
+    async def _hold_again(self, lock: RunLock, journal: Journal, size: int) -> None:
+        await lock.acquire()
+        self.moved |= journal.size() != size
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 def outcome_of(step: object, engine: Engine) -> StepOutcome:
@@ -109,7 +172,7 @@ class HeldEngine:
     """A run's engine between two steps, and the journal's length when it was put back."""
 
     engine: Engine
-    gateway: ModelGateway
+    gateway: UnlockedWhileAsking
     journal_bytes: int
 
     def current(self) -> bool:
@@ -165,11 +228,18 @@ class RunActivities:
     """The activities of one worker, sharing its assembly and its engines."""
 
     def __init__(
-        self, assembly: Assembly, *, heartbeat_every: float = 1.0, cache: bool = True
+        self,
+        assembly: Assembly,
+        *,
+        heartbeat_every: float = 1.0,
+        cache: bool = True,
+        gateways: Callable[[Run], ModelGateway] | None = None,
     ) -> None:
         self.assembly = assembly
         self.heartbeat_every = heartbeat_every
         self.engines = EngineCache(limit=256 if cache else 0)
+        # The model of a run: the one its record names (tests give a scripted one).
+        self.gateways = gateways or (lambda run: gateway_for(run.record.get("model")))
 
     @activity.defn(name=MODEL_ACTIVITY)
     async def model_request(self, run_dir: str) -> StepOutcome:
@@ -237,30 +307,34 @@ class RunActivities:
         """Run ``step`` (answer, whether the run goes on) on the run's engine, under its lock."""
         beating = asyncio.create_task(self._heartbeat())
         try:
-            async with run_lock(Path(run_dir)):
-                return await self._step_held(run_dir, step)
+            async with RunLock(Path(run_dir)) as lock:
+                return await self._step_held(run_dir, lock, step)
         finally:
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beating
 
     async def _step_held(
-        self, run_dir: str, step: Callable[[Engine], Awaitable[tuple[T, bool]]]
+        self, run_dir: str, lock: RunLock, step: Callable[[Engine], Awaitable[tuple[T, bool]]]
     ) -> T:
         held = await self.engines.take(run_dir)
         if held is None:
             run = Run.open(self.assembly, Path(run_dir))
-            gateway = gateway_for(run.record.get("model"))
+            gateway = UnlockedWhileAsking(self.gateways(run))
             # the run's workflow drives its delegated tasks as child workflows
             held = HeldEngine(Engine(run, gateway, background_children=False), gateway, 0)
+        held.gateway.lock, held.gateway.journal = lock, held.engine.journal
+        held.gateway.moved = False
         going = False
         try:
             answer, going = await step(held.engine)
             return answer
         finally:
-            # Kept only after a whole step that left the run going; after an error the
-            # engine's state may be half-updated, and the retry folds the journal afresh.
-            if going and held.engine.live:
+            held.gateway.lock = None
+            # Kept only after a whole step that left the run going (and that no other
+            # step wrote to while its model answered); after an error the engine's state
+            # may be half-updated, and the retry folds the journal afresh.
+            if going and held.engine.live and not held.gateway.moved:
                 held.journal_bytes = held.engine.journal.size()
                 await self.engines.put(run_dir, held)
             else:
