@@ -5,6 +5,10 @@ counts from 1 without gaps. A process killed mid-write can leave a torn last
 line; opening the journal again cuts it off (it was never acknowledged), and
 :func:`read_events` ignores it.
 
+Writers take turns (a durable engine's steps hold the run's lock); a writer
+that finds events another appended since its own last one counts them before
+it appends, so ``seq`` stays gapless.
+
 Every event is written to the file at once, so a killed process loses none.
 Against a power loss, the writer makes the journal durable (one fsync) only
 at barriers: before a call or a commit whose effect must not be repeated
@@ -140,14 +144,18 @@ class Journal:
     def _count_others(self) -> None:
         """Another writer appended since this one's last event (a durable engine's
         step of the same run, while this one's model answered): count its events so
-        that ``seq`` goes on without a gap or a repeat."""
+        that ``seq`` goes on without a gap or a repeat. A torn last line is cut off
+        as on opening: its writer died (the live one holds the run's lock now)."""
         os.lseek(self._fd, self._end, os.SEEK_SET)
         chunks = []
         while chunk := os.read(self._fd, 1 << 20):
             chunks.append(chunk)
         tail = b"".join(chunks)
-        self.seq += tail.count(b"\n")
-        self._end += len(tail)
+        keep = _complete_length(tail)
+        if keep != len(tail):
+            os.ftruncate(self._fd, self._end + keep)
+        self.seq += tail[:keep].count(b"\n")
+        self._end += keep
 
     def size(self) -> int:
         """The journal file's length in bytes now."""
