@@ -95,6 +95,21 @@ def await_(mode: str = "allCompleted", **extra: Any) -> tuple[str, dict[str, Any
     return ("agent_await", {"mode": mode, **extra})
 
 
+def delegate_then_write(
+    agent_id: str, objective: str, text: str, *, wait: Any = None
+) -> AgentScript:
+    """The writer's usual script: delegate one task, await it (or ``wait``), write
+    ``text``, commit, finish."""
+    waiting = call(*await_()) if wait is None else wait
+    return [
+        call(*delegate(agent_id, objective)),
+        waiting,
+        call(*write(text)),
+        call(*COMMIT),
+        call(*FINISH),
+    ]
+
+
 def returns(summary: str, **extra: Any) -> Turn:
     return call("task_return", {"summary": summary, "status": "completed", **extra})
 
@@ -271,13 +286,12 @@ def test_await_with_a_timeout_reports_statuses_and_finishing_cancels_the_live_ch
         raise AssertionError("unreachable")
 
     scripts: dict[str, AgentScript] = {
-        "writer": [
-            call(*delegate("scout", "Scout forever.")),
-            call(*await_("allCompleted", timeoutMs=20)),
-            call(*write("No news from the scout.")),
-            call(*COMMIT),
-            call(*FINISH),
-        ],
+        "writer": delegate_then_write(
+            "scout",
+            "Scout forever.",
+            "No news from the scout.",
+            wait=call(*await_("allCompleted", timeoutMs=20)),
+        ),
         "scout": [never],
     }
     run, result, _, _ = drive(h, root, scripts)
@@ -307,13 +321,7 @@ def test_a_child_killed_mid_run_is_reported_failed_to_the_parent(tmp_path: Path)
         assert engine.cancel_task(task_id)
 
     scripts: dict[str, AgentScript] = {
-        "writer": [
-            call(*delegate("scout", "Roll and report.")),
-            call(*await_()),
-            call(*write("The scout was lost.")),
-            call(*COMMIT),
-            call(*FINISH),
-        ],
+        "writer": delegate_then_write("scout", "Roll and report.", "The scout was lost."),
         "scout": [call("dice_roll", {"formula": "1d20"}), hang],
     }
     run, result, _, _ = drive(h, root, scripts, killer)
@@ -467,13 +475,7 @@ def test_await_and_injection_deliver_each_result_once(tmp_path: Path) -> None:
 def test_a_child_that_stops_without_returning_is_reminded_then_fails(tmp_path: Path) -> None:
     h, root = setup(tmp_path)
     scripts: dict[str, AgentScript] = {
-        "writer": [
-            call(*delegate("scout", "Look.")),
-            call(*await_()),
-            call(*write("x")),
-            call(*COMMIT),
-            call(*FINISH),
-        ],
+        "writer": delegate_then_write("scout", "Look.", "x"),
         "scout": [say("I think the bridge is out."), say("Really, it is out.")],
     }
     run, result, _, _ = drive(h, root, scripts)
@@ -503,13 +505,7 @@ def test_task_return_cannot_be_listed_by_a_profile(tmp_path: Path) -> None:
 def test_runs_show_nests_child_events_under_their_parent(tmp_path: Path) -> None:
     h, root = setup(tmp_path)
     scripts: dict[str, AgentScript] = {
-        "writer": [
-            call(*delegate("scout", "Look.")),
-            call(*await_()),
-            call(*write("x")),
-            call(*COMMIT),
-            call(*FINISH),
-        ],
+        "writer": delegate_then_write("scout", "Look.", "x"),
         "scout": [call("dice_roll", {"formula": "d4"}), returns("Seen.")],
     }
     run, _, _, _ = drive(h, root, scripts)

@@ -28,8 +28,6 @@ from tavern_agent.runtime.turns import Awaiting
 from tavern_agent.workspace.layout import DataRoot
 from tests.chat.helpers import write_chat
 from tests.runtime.helpers import (
-    COMMIT,
-    FINISH,
     TEXTS,
     Harness,
     events,
@@ -38,7 +36,7 @@ from tests.runtime.helpers import (
 )
 from tests.runtime.test_agents import (
     await_,
-    delegate,
+    delegate_then_write,
     drive,
     of_type,
     returns,
@@ -159,13 +157,7 @@ def test_a_task_step_is_one_model_request_or_one_call(tmp_path: Path) -> None:
     """A child turn of two calls takes two steps, the turn's end after the second."""
     h, root = setup(tmp_path)
     scripts: dict[str, AgentScript] = {
-        "writer": [
-            call(*delegate("scout", "Roll and note.")),
-            call(*await_()),
-            call(*write("Noted.")),
-            call(*COMMIT),
-            call(*FINISH),
-        ],
+        "writer": delegate_then_write("scout", "Roll and note.", "Noted."),
         "scout": [
             calls(("dice_roll", {"formula": "1d6"}), write("rolled", "scratch/roll.md")),
             returns("Rolled."),
@@ -190,13 +182,12 @@ def test_an_await_that_times_out_on_a_durable_engine_reports_the_running_task(
 ) -> None:
     h, root = setup(tmp_path)
     scripts: dict[str, AgentScript] = {
-        "writer": [
-            call(*delegate("scout", "Scout forever.")),
-            call(*await_("allCompleted", timeoutMs=20)),
-            call(*write("No news from the scout.")),
-            call(*COMMIT),
-            call(*FINISH),
-        ],
+        "writer": delegate_then_write(
+            "scout",
+            "Scout forever.",
+            "No news from the scout.",
+            wait=call(*await_("allCompleted", timeoutMs=20)),
+        ),
         "scout": [returns("Too late.")],
     }
     run, result = durable(h, root, scripts, fresh=True, stall=True)
@@ -215,13 +206,7 @@ def test_a_durable_run_resumed_locally_goes_on_with_its_live_child(tmp_path: Pat
     process rebuilds the child from the journal, drives it, and the await gets its result."""
     h, root = setup(tmp_path)
     scripts: dict[str, AgentScript] = {
-        "writer": [
-            call(*delegate("scout", "Check the bridge.")),
-            call(*await_()),
-            call(*write("The ford holds.")),
-            call(*COMMIT),
-            call(*FINISH),
-        ],
+        "writer": delegate_then_write("scout", "Check the bridge.", "The ford holds."),
         "scout": [call(*write("Notes.", "scratch/scout.md")), returns("The ford holds.")],
     }
     run = h.start(root)
@@ -283,13 +268,7 @@ def record_a_digging_child(tmp: Path, seconds: int) -> tuple[Path, Path, Path]:
     h, root = setup(tmp / "recorded")
     (h.data.path / "profiles" / "digger.json").write_text(json.dumps(DIGGER))
     scripts: dict[str, AgentScript] = {
-        "writer": [
-            call(*delegate("digger", "Dig under the bridge.")),
-            call(*await_()),
-            call(*write("They find the old ford.")),
-            call(*COMMIT),
-            call(*FINISH),
-        ],
+        "writer": delegate_then_write("digger", "Dig under the bridge.", "They find the old ford."),
         "digger": [call("workspace_shell", {"command": "sleep 1; echo dug"}), returns("Dug.")],
     }
     recorded, result, _, _ = drive(h, root, scripts)

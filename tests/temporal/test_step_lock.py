@@ -19,8 +19,8 @@ from tavern_agent.runtime.journal import read_events
 from tavern_agent.runtime.scripted import AgentScript, ScriptedAgents, Turn, call
 from tavern_agent.temporal.activities import RunActivities, RunLock
 from tavern_agent.temporal.workflow import CallInput, StepOutcome, TaskInput
-from tests.runtime.helpers import COMMIT, FINISH, payloads, write
-from tests.runtime.test_agents import await_, delegate, returns, setup
+from tests.runtime.helpers import payloads
+from tests.runtime.test_agents import await_, delegate_then_write, returns, setup
 
 
 def test_a_task_steps_while_the_run_s_model_answers(tmp_path: Path) -> None:
@@ -34,13 +34,9 @@ def test_a_task_steps_while_the_run_s_model_answers(tmp_path: Path) -> None:
         return call(*await_())
 
     scripts: dict[str, AgentScript] = {
-        "writer": [
-            call(*delegate("scout", "Check the bridge.")),
-            slow_await,
-            call(*write("The bridge holds.")),
-            call(*COMMIT),
-            call(*FINISH),
-        ],
+        "writer": delegate_then_write(
+            "scout", "Check the bridge.", "The bridge holds.", wait=slow_await
+        ),
         "scout": [call("dice_roll", {"formula": "1d6"}), returns("It holds.")],
     }
     run = h.start(root)
