@@ -109,10 +109,13 @@ TERMINAL = {
     "run_failed": "failed",
     "run_cancelled": "cancelled",
 }
-# The tasks' own events, folded by AgentTasks (a child's invocation_started too).
+# The tasks' events, folded by AgentTasks (a child's invocation_started too). The
+# last two also change the caller's invocation (its transcript, its gate counts),
+# which the engine's own fold applies after.
 AGENT_EVENTS = frozenset(
     {"task_started", "task_finished", "task_results_injected", "task_await_waiting"}
 )
+CALLER_EVENTS = frozenset({"task_results_injected", "task_await_waiting"})
 CANCELLED_TEXT = "Not run: the run was cancelled before this call started."
 # Raw arguments up to this size are journaled inline; larger ones get a file.
 INLINE_ARGUMENTS_CHARS = 4_096
@@ -1125,7 +1128,7 @@ class Engine:
         kind, p = event["type"], event["payload"]
         if kind in AGENT_EVENTS or (kind == "invocation_started" and p.get("kind") == "child"):
             self.agents.fold(kind, p, by_id)
-            if kind not in ("task_results_injected", "task_await_waiting"):
+            if kind not in CALLER_EVENTS:
                 return
         if "invocationId" in p and p["invocationId"] not in by_id:
             return  # a child whose records a power failure took: it is not resumed
