@@ -38,6 +38,8 @@ def load_or_create(data_dir: Path) -> tuple[str, bool]:
     except FileNotFoundError:
         stored = ""
     if stored and stored not in REFUSED_KEYS:
+        if path.stat().st_mode & 0o077:  # a key written by hand, readable by others
+            path.chmod(0o600)
         return stored, False
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     path.parent.mkdir(parents=True, exist_ok=True)

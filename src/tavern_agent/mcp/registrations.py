@@ -319,8 +319,13 @@ class RegistrationStore:
         return candidate
 
     def save(self, reg: Registration) -> None:
+        """Write ``reg`` owner-only (0600), also over an older, wider file.
+
+        Headers, environment, arguments and URLs can all carry a secret, so
+        every registration file is treated as one.
+        """
         data = json.dumps(reg.to_json(), indent=2, ensure_ascii=False) + "\n"
-        atomic_write(self.registrations_dir / f"{reg.id}.json", data.encode())
+        atomic_write(self.registrations_dir / f"{reg.id}.json", data.encode(), mode=0o600)
 
     def save_catalog(self, reg_id: str, catalog: DiscoveredCatalog) -> None:
         data = json.dumps(catalog.model_dump(mode="json", by_alias=True), ensure_ascii=False)
