@@ -35,6 +35,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy --strict src
+	$(BIN)/lint-imports --no-cache
 
 test: lint
 	$(BIN)/pytest -q
