@@ -7,9 +7,11 @@ import time
 from pathlib import Path
 
 from tavern_agent.core.calls import ToolCall
+from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.profile import ShellLimits
 from tavern_agent.tools.builtin import shell
+from tavern_agent.workspace.roots import RootPolicy
 from tavern_agent.workspace.store import Workspace
 from tests.shell.conftest import SHELL, limited_agent, sh, stdout_of
 from tests.workspace.conftest import Agent
@@ -164,6 +166,28 @@ async def test_workdir(agent: Agent) -> None:
     assert bad.error_code is ErrorCode.WORKSPACE_PATH_NOT_FOUND and "is a file" in bad.content
     bad = await sh(agent, "pwd", workdir="../x")
     assert bad.error_code is ErrorCode.WORKSPACE_INVALID_PATH
+
+
+async def test_every_folder_the_sandbox_shows_is_a_workdir(sandbox_home: Path) -> None:
+    """A fresh workspace has no root folders on disk yet; the sandbox shows them all."""
+    ws = Workspace(
+        sandbox_home / "fresh",
+        RootPolicy.for_scene(Scene.CHAT),
+        skills_dir=sandbox_home / "skills",
+        visible_skills=frozenset({"dice"}),
+    )
+    agent = Agent(ws)
+    assert stdout_of(await sh(agent, "pwd", workdir="output")) == "/output"
+    shown = stdout_of(await sh(agent, "find / -maxdepth 2 -type d | grep -v '^/proc'"))
+    folders = sorted(set(shown.split("\n")) - {"/"})
+    assert {"/output", "/scratch", "/tmp", "/home/user", "/skills/dice"} <= set(folders)
+    for folder in folders:
+        r = await sh(agent, "pwd", workdir=folder)
+        assert not r.is_error and stdout_of(r) == folder, (folder, r.content)
+    bad = await sh(agent, "pwd", workdir="/etc/hosts")
+    assert bad.error_code is ErrorCode.WORKSPACE_PATH_NOT_VISIBLE
+    bad = await sh(agent, "pwd", workdir="/skills/hidden")
+    assert bad.error_code is ErrorCode.WORKSPACE_PATH_NOT_VISIBLE
 
 
 async def test_command_size_limit(agent: Agent) -> None:

@@ -49,6 +49,7 @@ from tavern_agent.tools.builtin.shell_js import JsLimits, node_command
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.results import LongResultStep
 from tavern_agent.tools.texts import WRITE_FILE, either, exception_text
+from tavern_agent.workspace import paths
 from tavern_agent.workspace.layout import allows_chat_tool
 from tavern_agent.workspace.roots import CHAT_MOUNT, MESSAGE_BODY, RootPolicy
 from tavern_agent.workspace.store import Workspace
@@ -302,7 +303,7 @@ async def SHELL(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
             ErrorCode.TOOL_INVALID_ARGUMENTS,
             f"command is {size:,} bytes, over the 128 KiB limit. {step}",
         )
-    cwd = _workdir(ws, args.get("workdir", "/"))
+    cwd, outside = _workdir(ws, args.get("workdir", "/"))
     if ctx.cancelled.is_set():
         return _cancelled_before()
     limits = ctx.snapshot.shell_limits
@@ -321,6 +322,7 @@ async def SHELL(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
             f"The sandbox could not start ({exception_text(exc)}). Nothing ran; "
             "go on with the other tools.",
         ) from None
+    await _check_workdir(ws, sandbox, cwd, outside)
     streams = Streams()
     result, stop = await _execute(sandbox.bash, command, streams, ctx, limits)
     if stop is None and result is not None and not result.error:
@@ -334,15 +336,41 @@ async def SHELL(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     return spilled
 
 
-def _workdir(ws: Workspace, text: str) -> str:
-    path = ws.check(text.strip().lstrip("/") if text.strip() else "", allow_root=True)
+def _workdir(ws: Workspace, text: str) -> tuple[str, ToolFailure | None]:
+    """The start folder as the sandbox names it, and why the workspace would refuse it.
+
+    A path outside the visible roots (``/tmp``, ``/home/user``) is no error
+    yet: the sandbox shows folders of its own, so it is asked once it is up.
+    """
+    try:
+        path = ws.check(text.strip().lstrip("/") if text.strip() else "", allow_root=True)
+    except ToolFailure as exc:
+        if exc.code is not ErrorCode.WORKSPACE_PATH_NOT_VISIBLE:
+            raise
+        return "/" + paths.normalize(text.strip().lstrip("/")), exc
+    return "/" + path, None
+
+
+async def _check_workdir(
+    ws: Workspace, sandbox: Sandbox, cwd: str, outside: ToolFailure | None
+) -> None:
+    """Refuse a start folder the sandbox does not show as a folder.
+
+    Checked once the sandbox is up: mounting creates the roots a fresh
+    workspace has not made yet, and those are folders like any other.
+    """
+    if outside is not None:
+        probe = await sandbox.bash.execute('[ -d "$PWD" ]')
+        if probe.exit_code != 0:
+            raise outside
+        return
+    path = cwd.lstrip("/")
     kind = ws.kind_or_none(path)
     if kind != "dir":
         what = "a file" if kind == "file" else "not there"
         raise ToolFailure(
             ErrorCode.WORKSPACE_PATH_NOT_FOUND, f"workdir /{path} is {what}; name a folder."
         )
-    return "/" + path
 
 
 async def _execute(
