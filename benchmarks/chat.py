@@ -41,10 +41,11 @@ from typing import Any
 from tavern_agent.assembly import Assembly, ChatSource
 from tavern_agent.chat import mount
 from tavern_agent.chat.activation import ScanMessage, activate
-from tavern_agent.chat.formats import ChatFile, new_message, parse_world
+from tavern_agent.chat.formats import ChatFile, new_message
 from tavern_agent.chat.index_store import load_or_build
 from tavern_agent.chat.mount import sync_floors
 from tavern_agent.chat.repository import FileChatRepository
+from tavern_agent.chat.world_books import parse_world
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol

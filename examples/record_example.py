@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 
 from tavern_agent.assembly import Assembly
-from tavern_agent.chat.formats import parse_card, parse_world
+from tavern_agent.chat.cards import parse_card
+from tavern_agent.chat.world_books import parse_world
 from tavern_agent.core.profile import Profile
 from tavern_agent.runtime.loop import Engine
 from tavern_agent.runtime.run import Run, RunSpec

@@ -35,10 +35,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from tavern_agent.chat.formats import CharacterCard, ChatFile, WorldBook
+from tavern_agent.chat.cards import CharacterCard
+from tavern_agent.chat.formats import ChatFile
 from tavern_agent.chat.mount import prepare_run_mount
 from tavern_agent.chat.repository import FileChatRepository
 from tavern_agent.chat.run_input import ChatRun, file_stamp, freeze, scan_context
+from tavern_agent.chat.world_books import WorldBook
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.ids import ToolId, ToolKind
 from tavern_agent.core.naming import ModelProtocol

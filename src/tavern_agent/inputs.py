@@ -10,13 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tavern_agent.chat.formats import (
-    CharacterCard,
-    ChatFormatError,
-    WorldBook,
-    parse_card,
-    parse_world,
-)
+from tavern_agent.chat.cards import CharacterCard, parse_card
+from tavern_agent.chat.formats import ChatFormatError
+from tavern_agent.chat.world_books import WorldBook, parse_world
 from tavern_agent.core import json_input
 
 

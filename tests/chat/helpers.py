@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from tavern_agent.assembly import Assembly
-from tavern_agent.chat.formats import WorldBook, parse_world
 from tavern_agent.chat.mount import prepare_run_mount
 from tavern_agent.chat.repository import FileChatRepository
 from tavern_agent.chat.run_input import ChatRun, freeze
+from tavern_agent.chat.world_books import WorldBook, parse_world
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol

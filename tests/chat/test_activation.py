@@ -6,7 +6,7 @@ import random
 from typing import Any
 
 from tavern_agent.chat.activation import ActivatedEntry, ActivationSettings, ScanMessage, activate
-from tavern_agent.chat.formats import AND_ALL, AND_ANY, NOT_ALL, NOT_ANY, WorldBook, parse_world
+from tavern_agent.chat.world_books import AND_ALL, AND_ANY, NOT_ALL, NOT_ANY, WorldBook, parse_world
 from tests.chat.helpers import eldoria
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tavern_agent.chat import activation, key_match
 from tavern_agent.chat.activation import ActivatedEntry, ActivationSettings, ScanMessage, activate
-from tavern_agent.chat.formats import WorldBook, parse_world
+from tavern_agent.chat.world_books import WorldBook, parse_world
 
 WORDS = ["dragon", "Dragon", "egg", "forest", "glade", "tower", "ash", "k", "ox", "moon-gate"]
 KEYS = [*WORDS, "  ", "", "{{char}}", "{{user}}'s egg"]  # blank, empty and macro keys too

@@ -24,9 +24,10 @@ from tavern_agent.chat.activation import (
     ScanMessage,
     activate,
 )
-from tavern_agent.chat.formats import parse_card, parse_world
+from tavern_agent.chat.cards import parse_card
 from tavern_agent.chat.macros import MacroValues
 from tavern_agent.chat.timed import entry_hash, string_hash
+from tavern_agent.chat.world_books import parse_world
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "st-real"
 SERAPHINA = MacroValues(user="Ann", char="Seraphina")

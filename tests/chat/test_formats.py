@@ -13,15 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tavern_agent.chat.formats import (
-    ChatFormatError,
-    encode_line,
-    parse_card,
-    parse_chat,
-    parse_world,
-    png_text_chunks,
-    write_card_png,
-)
+from tavern_agent.chat.cards import parse_card, png_text_chunks, write_card_png
+from tavern_agent.chat.formats import ChatFormatError, encode_line, parse_chat
+from tavern_agent.chat.world_books import parse_world
 from tests.chat.helpers import ELDORIA, header, line, message, write_chat
 
 

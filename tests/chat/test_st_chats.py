@@ -194,7 +194,7 @@ def test_every_real_card_is_in_the_table() -> None:
 
 @pytest.mark.parametrize("name", sorted(REAL_CARDS))
 def test_real_cards_parse_and_survive_a_rewrite(name: str) -> None:
-    from tavern_agent.chat.formats import parse_card, write_card_png
+    from tavern_agent.chat.cards import parse_card, write_card_png
 
     png = (REAL / "cards" / name).read_bytes()
     card = parse_card(png)

@@ -10,7 +10,8 @@ from typing import Any
 
 from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly
-from tavern_agent.chat.formats import WorldBook, parse_chat
+from tavern_agent.chat.formats import parse_chat
+from tavern_agent.chat.world_books import WorldBook
 from tavern_agent.core.profile import Profile
 from tavern_agent.providers.gateway import ModelGateway
 from tavern_agent.runtime.journal import read_events

@@ -74,7 +74,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tavern_agent.chat.formats import (
+from tavern_agent.chat.formats import well_formed
+from tavern_agent.chat.key_match import Grams, KeyTable, TableState, compile_keys, compiled_key
+from tavern_agent.chat.macros import MacroValues, substitute
+from tavern_agent.chat.timed import TimedState, active_effects, entry_hash
+from tavern_agent.chat.world_books import (
     AND_ALL,
     AND_ANY,
     NOT_ALL,
@@ -83,11 +87,7 @@ from tavern_agent.chat.formats import (
     WorldEntry,
     js_key_order,
     truthy,
-    well_formed,
 )
-from tavern_agent.chat.key_match import Grams, KeyTable, TableState, compile_keys, compiled_key
-from tavern_agent.chat.macros import MacroValues, substitute
-from tavern_agent.chat.timed import TimedState, active_effects, entry_hash
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,8 @@ from tavern_agent.chat.activation import (
     ScanMessage,
     activate,
 )
-from tavern_agent.chat.formats import CharacterCard, ChatFile, ChatFormatError, WorldBook
+from tavern_agent.chat.cards import CharacterCard
+from tavern_agent.chat.formats import ChatFile, ChatFormatError
 from tavern_agent.chat.index_store import Prepared, load_or_build, read_chat
 from tavern_agent.chat.macros import MacroValues
 from tavern_agent.chat.mount import floor_files, sync_floors
@@ -40,6 +41,7 @@ from tavern_agent.chat.repository import (
     prefix_digest,
 )
 from tavern_agent.chat.search import ChatIndex
+from tavern_agent.chat.world_books import WorldBook
 from tavern_agent.fsutil import atomic_write
 
 if TYPE_CHECKING:

@@ -28,14 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from tavern_agent.chat.activation import ActivationSettings
-from tavern_agent.chat.formats import (
-    CharacterCard,
-    ChatFormatError,
-    WorldBook,
-    parse_card,
-    parse_chat,
-    parse_world,
-)
+from tavern_agent.chat.cards import CharacterCard, parse_card
+from tavern_agent.chat.formats import ChatFormatError, parse_chat
+from tavern_agent.chat.world_books import WorldBook, parse_world
 from tavern_agent.core import json_input
 
 LATEST = "latest"

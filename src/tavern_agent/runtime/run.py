@@ -32,9 +32,11 @@ from typing import Any
 
 from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly, ChatSource
-from tavern_agent.chat.formats import CharacterCard, ChatFile, WorldBook
+from tavern_agent.chat.cards import CharacterCard
+from tavern_agent.chat.formats import ChatFile
 from tavern_agent.chat.repository import FileChatRepository
 from tavern_agent.chat.run_input import ChatRun, ChatRunInput
+from tavern_agent.chat.world_books import WorldBook
 from tavern_agent.core import json_input
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
