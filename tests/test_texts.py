@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tavern_agent.tools.texts import count, either, outside_text, past_the_end, without_host_paths
+from tavern_agent.tools.texts import count, either, outside_text, past_the_end
+from tavern_agent.workspace.paths import without_host_paths
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ import pytest
 import re2
 
 from tavern_agent.tools.builtin import search_worker
-from tavern_agent.tools.builtin.search import CHUNK, OPTIONS, search
+from tavern_agent.tools.builtin.search import CHUNK, search
+from tavern_agent.tools.builtin.search_scan import OPTIONS
 from tavern_agent.workspace.store import Workspace
 
 

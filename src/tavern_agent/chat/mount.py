@@ -31,17 +31,27 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tavern_agent.chat.formats import ChatFile, ChatMessage
 from tavern_agent.fsutil import atomic_write
 from tavern_agent.workspace.floors import floor_name
 
-if TYPE_CHECKING:
-    from tavern_agent.chat.run_input import ChatRunInput
-
 ROOT = "chat"
 STATE = "state.json"
+
+
+class MountedChat(Protocol):
+    """What ``chat/chat.json`` tells about a run's chat (a run's frozen chat input)."""
+
+    @property
+    def title(self) -> str: ...
+    @property
+    def stable_chat_id(self) -> str: ...
+    @property
+    def character(self) -> str: ...
+    @property
+    def floor_count(self) -> int: ...
 
 
 def floor_path(index: int) -> str:
@@ -69,7 +79,7 @@ def floor_files(index: int, message: ChatMessage) -> dict[str, bytes]:
     }
 
 
-def chat_info(run_input: ChatRunInput) -> dict[str, Any]:
+def chat_info(run_input: MountedChat) -> dict[str, Any]:
     return {
         "title": run_input.title,
         "stableChatId": run_input.stable_chat_id,
@@ -156,7 +166,7 @@ def _highest(floors: Path) -> int:
     return max(names, default=-1)
 
 
-def prepare_run_mount(run_root: Path, run_input: ChatRunInput) -> None:
+def prepare_run_mount(run_root: Path, run_input: MountedChat) -> None:
     """The run's own ``chat/chat.json`` and the ``chat/floors`` entry point."""
     folder = run_root / ROOT
     (folder / "floors").mkdir(parents=True, exist_ok=True)

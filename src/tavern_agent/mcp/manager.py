@@ -51,8 +51,7 @@ from tavern_agent.mcp.registrations import (
 )
 from tavern_agent.mcp.results import convert_result
 from tavern_agent.tools.catalog import ExternalReceipt
-from tavern_agent.tools.context import CallContext
-from tavern_agent.tools.results import ResultFiles
+from tavern_agent.tools.context import CallContext, ResultFiles
 from tavern_agent.tools.texts import outside_text
 
 log = logging.getLogger(__name__)

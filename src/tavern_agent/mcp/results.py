@@ -25,8 +25,7 @@ from tavern_agent import run_layout
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.fsutil import AlreadyWritten
 from tavern_agent.tools.catalog import ExternalReceipt
-from tavern_agent.tools.context import CallContext
-from tavern_agent.tools.results import ResultFiles
+from tavern_agent.tools.context import CallContext, ResultFiles
 
 DETAILS_CHARS = 1_500
 MAX_RESULT_BYTES = 4 * 1024 * 1024

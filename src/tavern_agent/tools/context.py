@@ -5,16 +5,21 @@ from __future__ import annotations
 import asyncio
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tavern_agent.core.descriptors import Scene
 
 if TYPE_CHECKING:
     from tavern_agent.chat.run_input import ChatRun
-    from tavern_agent.tools.results import ResultFiles
     from tavern_agent.tools.snapshot import ToolSnapshot
     from tavern_agent.workspace.read_state import ReadState
     from tavern_agent.workspace.store import Workspace
+
+
+class ResultFiles(Protocol):
+    """Where spilled results are written: a workspace-relative, write-once store."""
+
+    def write_once(self, logical_path: str, data: bytes) -> None: ...
 
 
 @dataclass(slots=True)

@@ -34,11 +34,12 @@ from tavern_agent.core.schema_check import (
     check_arguments,
     drop_null_optionals,
 )
-from tavern_agent.tools.context import CallContext
+from tavern_agent.tools.context import CallContext, ResultFiles
 from tavern_agent.tools.dispatch import Dispatcher
-from tavern_agent.tools.results import LongResultStep, ResultFiles
+from tavern_agent.tools.results import LongResultStep
 from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
-from tavern_agent.tools.texts import child_return_hint, count, either, without_host_paths
+from tavern_agent.tools.texts import child_return_hint, count, either
+from tavern_agent.workspace.paths import without_host_paths
 
 if TYPE_CHECKING:
     from tavern_agent.chat.run_input import ChatRun

@@ -13,22 +13,16 @@ import hashlib
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tavern_agent import run_layout
 from tavern_agent.core.results import ToolOutcome
 from tavern_agent.fsutil import AlreadyWritten, write_once
-from tavern_agent.tools.context import CallContext
+from tavern_agent.tools.context import CallContext, ResultFiles
 from tavern_agent.tools.texts import READ_FILE, SEARCH_FILES, SHELL, call
 
 PREVIEW_CHARS = 3_000
 WRAP_CHARS = 3_000
-
-
-class ResultFiles(Protocol):
-    """Where spilled results are written: a workspace-relative, write-once store."""
-
-    def write_once(self, logical_path: str, data: bytes) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,10 +11,10 @@ line with host paths replaced.
 from __future__ import annotations
 
 import json
-import re
 from typing import TYPE_CHECKING, Any
 
 from tavern_agent.core.ids import ToolId
+from tavern_agent.workspace.paths import without_host_paths
 
 if TYPE_CHECKING:
     from tavern_agent.tools.snapshot import ToolSnapshot
@@ -28,15 +28,6 @@ TASK_RETURN = ToolId.builtin("task.return")
 
 EXCEPTION_CHARS = 300
 OUTSIDE_FAILURE_STEP = "Try other arguments, or go on without it."
-
-# Absolute host paths: POSIX (two or more segments, so "/ 2" or "a/b" stay),
-# file:// URLs, Windows drive and UNC paths.
-_HOST_PATH = re.compile(
-    r"file://\S+"
-    r"|(?<![\w.~/-])[A-Za-z]:[\\/][^\s'\"<>|:]*"
-    r"|\\\\[^\s'\"<>|]+"
-    r"|(?<![\w.~:/-])(?:~)?/(?:[^\s/'\"<>|:;,()]+/)+[^\s/'\"<>|:;,()]*"
-)
 
 
 def count(n: int, singular: str, plural: str | None = None) -> str:
@@ -60,11 +51,6 @@ def past_the_end(what: str, offset: int, total: int) -> str:
 def call(name: str, **args: Any) -> str:
     """A call as a model would write it: ``workspace_read_file {"file_path": …}``."""
     return f"{name} {json.dumps(args, ensure_ascii=False)}" if args else name
-
-
-def without_host_paths(text: str) -> str:
-    """``text`` with every absolute host path replaced by ``<path>``."""
-    return _HOST_PATH.sub("<path>", text)
 
 
 def exception_text(exc: BaseException, *, with_type: bool = True) -> str:

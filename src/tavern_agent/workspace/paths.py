@@ -20,6 +20,14 @@ MAX_SEGMENT_BYTES = 255
 _LOOKALIKES = frozenset("\\∕⁄／＼⧵﹨．。｡‥…")
 _ENCODED = re.compile(r"%(2e|2f|5c|00)", re.IGNORECASE)
 _DRIVE = re.compile(r"^[A-Za-z]:")
+# Absolute host paths: POSIX (two or more segments, so "/ 2" or "a/b" stay),
+# file:// URLs, Windows drive and UNC paths.
+_HOST_PATH = re.compile(
+    r"file://\S+"
+    r"|(?<![\w.~/-])[A-Za-z]:[\\/][^\s'\"<>|:]*"
+    r"|\\\\[^\s'\"<>|]+"
+    r"|(?<![\w.~:/-])(?:~)?/(?:[^\s/'\"<>|:;,()]+/)+[^\s/'\"<>|:;,()]*"
+)
 
 
 class InvalidPath(ValueError):
@@ -71,3 +79,8 @@ def _check_segment(segment: str) -> None:
 def top(path: str) -> str:
     """The first segment of a normalised path (its root folder)."""
     return path.split("/", 1)[0]
+
+
+def without_host_paths(text: str) -> str:
+    """``text`` with every absolute host path replaced by ``<path>``."""
+    return _HOST_PATH.sub("<path>", text)

@@ -30,7 +30,6 @@ from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import ToolFailure
 from tavern_agent.fsutil import atomic_write, is_tmp_name
-from tavern_agent.tools.texts import without_host_paths
 from tavern_agent.workspace import floors, paths
 from tavern_agent.workspace.floors import FloorFiles
 from tavern_agent.workspace.roots import CHAT_MOUNT, INTERNAL, RootPolicy
@@ -104,7 +103,7 @@ class Workspace:
         try:
             path = paths.normalize(text, allow_root=allow_root)
         except paths.InvalidPath as exc:
-            shown = without_host_paths(repr(text))  # the model's own text, minus host paths
+            shown = paths.without_host_paths(repr(text))  # the model's own text, minus host paths
             raise ToolFailure(
                 ErrorCode.WORKSPACE_INVALID_PATH, f"Invalid path {shown}: {exc}."
             ) from None

@@ -35,6 +35,7 @@ from typing import IO, Any, TypeVar
 import re2
 
 import tavern_agent
+from tavern_agent.tools.builtin.search_scan import OPTIONS, scan_run
 from tavern_agent.workspace.floors import is_floor_path
 from tavern_agent.workspace.roots import RootPolicy
 from tavern_agent.workspace.store import Workspace
@@ -194,8 +195,6 @@ _PATTERNS: dict[bytes, Any] = {}
 
 
 def _scan(spec: Spec, folder: str, names: list[str], pattern: bytes) -> Any:
-    from tavern_agent.tools.builtin.search import OPTIONS, scan_run
-
     ws = _WORKSPACES.get(spec)
     if ws is None:
         root, policy, skills, visible = spec
