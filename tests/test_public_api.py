@@ -10,6 +10,7 @@ import pytest
 
 import tavern_agent
 from tavern_agent.core.errors import ERRORS, ErrorCode
+from tests.test_python_api_docs import names_the_docs_use
 
 PUBLIC = {
     "tavern_agent": [
@@ -19,18 +20,24 @@ PUBLIC = {
         "Engine",
         "ErrorCode",
         "ExtensionContext",
+        "ExtensionRegistry",
         "HttpGateway",
+        "McpManager",
         "ModelConfig",
         "ModelProtocol",
         "Profile",
+        "Registration",
         "ReplayGateway",
         "Run",
         "RunResult",
         "RunSpec",
         "Scene",
+        "ScriptedGateway",
         "ToolCall",
         "ToolDescriptor",
         "ToolId",
+        "Turn",
+        "read_events",
         "registry",
     ],
     "tavern_agent.extensions": [
@@ -73,6 +80,21 @@ def test_the_top_level_names_are_the_real_objects() -> None:
     assert tavern_agent.Run is Run
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         _ = tavern_agent.Nope  # type: ignore[attr-defined]
+
+
+def test_every_name_the_python_api_docs_use_is_exported_whole() -> None:
+    """Each name resolves to the object of its home module, which says what it is for."""
+    from tavern_agent import _EXPORTS
+
+    used = names_the_docs_use()
+    assert used <= set(PUBLIC["tavern_agent"])
+    for name in sorted(used):
+        home = importlib.import_module(_EXPORTS[name])
+        value = getattr(tavern_agent, name)
+        assert value is getattr(home, name), name
+        if callable(value):  # a dataclass without a docstring gets its signature as one
+            doc = (value.__doc__ or "").strip()
+            assert doc and not doc.startswith(f"{name}("), f"{name} has no docstring"
 
 
 def test_importing_the_package_loads_nothing_heavy() -> None:

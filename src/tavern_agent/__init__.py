@@ -1,18 +1,22 @@
 """tavern-agent: the agent tool system of a roleplay chat app.
 
 The names below are the public API; each is imported on first use, so
-``import tavern_agent`` stays cheap::
+``import tavern_agent`` stays cheap. ``docs/python-api.md`` shows each in a
+runnable example::
 
-    from tavern_agent import Assembly, Profile, Scene, ModelProtocol, ToolCall
+    from tavern_agent import Assembly, Profile, Scene, ToolCall, ToolId
 
+    profile = Profile.allowing([ToolId.builtin("dice.roll")])
     async with await Assembly.open(data_dir) as assembly:
-        snapshot = assembly.snapshot(Profile.builtin("default-writer"), Scene.CHAT)
-        gate = assembly.gate(snapshot)
+        gate = assembly.gate(assembly.snapshot(profile, Scene.SESSION))
         executed = await gate.handle(ToolCall("call_1", "dice_roll", '{"formula": "2d6"}'))
 
 Agent runs: :class:`RunSpec` → :meth:`Run.start` → :class:`Engine` with a
-:class:`HttpGateway` (any provider) or a :class:`ReplayGateway` (a recording).
-Extension tools: ``@registry.tool(...)`` on :data:`registry`.
+:class:`HttpGateway` (any provider), a :class:`ReplayGateway` (a recording) or
+a :class:`ScriptedGateway` (a list of :class:`Turn`); :func:`read_events`
+reads a run's journal. Extension tools: ``@registry.tool(...)`` on
+:data:`registry` or an :class:`ExtensionRegistry` of one's own. MCP servers:
+a :class:`Registration` saved and discovered through an :class:`McpManager`.
 """
 
 from __future__ import annotations
@@ -29,18 +33,24 @@ _EXPORTS = {
     "Engine": "tavern_agent.runtime.loop",
     "ErrorCode": "tavern_agent.core.errors",
     "ExtensionContext": "tavern_agent.extensions.python",
+    "ExtensionRegistry": "tavern_agent.extensions.python",
     "HttpGateway": "tavern_agent.providers.gateway",
+    "McpManager": "tavern_agent.mcp.manager",
     "ModelConfig": "tavern_agent.providers.gateway",
     "ModelProtocol": "tavern_agent.core.naming",
     "Profile": "tavern_agent.core.profile",
+    "Registration": "tavern_agent.mcp.registrations",
     "ReplayGateway": "tavern_agent.providers.gateway",
     "Run": "tavern_agent.runtime.run",
     "RunResult": "tavern_agent.runtime.loop",
     "RunSpec": "tavern_agent.runtime.run",
     "Scene": "tavern_agent.core.descriptors",
+    "ScriptedGateway": "tavern_agent.runtime.scripted",
     "ToolCall": "tavern_agent.core.calls",
     "ToolDescriptor": "tavern_agent.core.descriptors",
     "ToolId": "tavern_agent.core.ids",
+    "Turn": "tavern_agent.runtime.scripted",
+    "read_events": "tavern_agent.runtime.journal",
     "registry": "tavern_agent.extensions.python",
 }
 
@@ -48,6 +58,7 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use and return the name."""
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tavern_agent' has no attribute {name!r}")

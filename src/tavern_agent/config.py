@@ -25,6 +25,7 @@ def default_data_dir() -> Path:
 
 
 def profiles_dir(data_dir: Path) -> Path:
+    """Where the user's own profile files live under a data folder (``<data>/profiles``)."""
     return data_dir / "profiles"
 
 

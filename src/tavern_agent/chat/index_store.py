@@ -48,6 +48,7 @@ def floor_digests(chat: ChatFile) -> list[bytes]:
 
 
 def docs(messages: Sequence[ChatMessage]) -> list[Doc]:
+    """The search index's documents for ``messages``: each message's text, role and hidden flag."""
     return [Doc(m.mes, m.role, m.hidden) for m in messages]
 
 

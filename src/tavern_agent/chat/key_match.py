@@ -45,6 +45,8 @@ class Grams:
         self.misses: dict[int, str] = {}
 
     def of(self, text: str) -> set[str]:
+        """The character trigrams of ``text``, computed once per text (and
+        only the new part of a text that grew from one already seen)."""
         found = self._sets.get(id(text))
         if found is None or found[0] is not text:
             start, grams = 0, set()
@@ -149,6 +151,8 @@ class Key:
             self.grams = frozenset((t[:3], t[mid - 1 : mid + 2], t[-3:]))
 
     def matches(self, raw: str, folded: str, case_sensitive: bool, grams: Grams) -> bool:
+        """Whether the key occurs in a scanned text (``raw``, or ``folded``
+        to lower case), with a trigram pre-check before the real match."""
         if self.always or self.never:
             return self.always
         # A plain key can only occur if its trigrams do: a cheap, exact pre-check.

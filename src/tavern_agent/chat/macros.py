@@ -38,6 +38,7 @@ class MacroValues:
     scenario: str = ""
 
     def table(self) -> dict[str, str]:
+        """What each macro name (``user``, ``char``, ``group``, ...) stands for."""
         members = ", ".join(self.group)
         return {
             "user": self.user,

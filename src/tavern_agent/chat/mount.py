@@ -55,10 +55,12 @@ class MountedChat(Protocol):
 
 
 def floor_path(index: int) -> str:
+    """The mount path of chat message ``index``'s text (``chat/floors/<index>/message.md``)."""
     return f"{ROOT}/floors/{floor_name(index)}/message.md"
 
 
 def meta(index: int, message: ChatMessage) -> dict[str, Any]:
+    """The ``meta.json`` of one chat message as the mount shows it: index, name, role, swipes."""
     return {
         "index": index,
         "name": message.name,
@@ -80,6 +82,7 @@ def floor_files(index: int, message: ChatMessage) -> dict[str, bytes]:
 
 
 def chat_info(run_input: MountedChat) -> dict[str, Any]:
+    """The ``chat/chat.json`` of a run: its chat's title, stable id, character and floor count."""
     return {
         "title": run_input.title,
         "stableChatId": run_input.stable_chat_id,

@@ -64,6 +64,9 @@ class ChatCommit:
 
 @dataclass(frozen=True, slots=True)
 class CommitReceipt:
+    """What a commit did to the chat: the floor written, whether
+    it was new, its length, and what had changed meanwhile."""
+
     floor: int
     created: bool
     chars: int
@@ -87,11 +90,14 @@ class ChatRepository(Protocol):
     """Where a run's chat lives: read it whole, apply a commit atomically."""
 
     @property
-    def label(self) -> str: ...
+    def label(self) -> str:
+        """A short name of the chat for messages (the file's stem)."""
 
-    def load(self) -> ChatFile: ...
+    def load(self) -> ChatFile:
+        """The chat as it is now, read whole."""
 
-    def apply_commit(self, commit: ChatCommit) -> CommitReceipt: ...
+    def apply_commit(self, commit: ChatCommit) -> CommitReceipt:
+        """Write ``commit`` into the chat atomically, onto its current version."""
 
 
 class FileChatRepository:
@@ -102,9 +108,11 @@ class FileChatRepository:
 
     @property
     def label(self) -> str:
+        """The chat file's name without its extension."""
         return self.path.stem
 
     def load(self) -> ChatFile:
+        """The chat file, read and parsed."""
         return self._parse(self.path.read_bytes())
 
     def _parse(self, data: bytes) -> ChatFile:
@@ -135,6 +143,8 @@ class FileChatRepository:
                 os.close(fd)
 
     def apply_commit(self, commit: ChatCommit) -> CommitReceipt:
+        """Apply ``commit`` under the file's lock and write the chat atomically;
+        a SillyTavern save in between is merged, not overwritten."""
         for _ in range(_ATTEMPTS):
             with self._locked() as (data, stamp):
                 chat = self._parse(data)

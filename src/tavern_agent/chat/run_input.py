@@ -65,6 +65,7 @@ class ChatRunInput:
     activation_source: str | None = None  # "computed" or "host"
 
     def to_json(self) -> dict[str, Any]:
+        """The frozen input's JSON form, as ``input/chat.json`` stores it."""
         return {
             "schemaVersion": SCHEMA_VERSION,
             "stableChatId": self.stable_chat_id,
@@ -81,6 +82,7 @@ class ChatRunInput:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> ChatRunInput:
+        """The frozen input from its JSON form; raises ``ValueError`` for another schema version."""
         if obj.get("schemaVersion") != SCHEMA_VERSION:
             raise ValueError(f"unknown chat input schema {obj.get('schemaVersion')!r}")
         activation = obj.get("activation")
@@ -104,6 +106,7 @@ class ChatRunInput:
 
     @classmethod
     def load(cls, run_root: Path) -> ChatRunInput | None:
+        """The frozen input saved in ``run_root``, or ``None`` if it has none."""
         path = run_root / run_layout.CHAT_INPUT_FILE
         if not path.is_file():
             return None
@@ -318,6 +321,7 @@ class ChatRun:
 
     @property
     def floor_count(self) -> int:
+        """How many messages the chat had when the run froze it."""
         return self.input.floor_count
 
     def floor_files(self, index: int) -> dict[str, bytes] | None:

@@ -82,6 +82,8 @@ class Doc:
 
 @dataclass(frozen=True, slots=True)
 class Hit:
+    """One search match: the chat floor, its score, and the query term its snippet centres on."""
+
     floor: int
     score: float
     term: str  # the query term to centre the snippet on

@@ -51,8 +51,10 @@ class ToolDescriptor:
 
     @property
     def property_names(self) -> frozenset[str]:
+        """The names of the top-level parameters the tool's schema declares."""
         props = self.parameters.get("properties") or {}
         return frozenset(props) if isinstance(props, Mapping) else frozenset()
 
     def serves(self, scene: Scene) -> bool:
+        """Whether the tool is offered in ``scene``."""
         return scene in self.scenes

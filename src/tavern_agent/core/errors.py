@@ -12,6 +12,8 @@ from enum import StrEnum
 
 
 class ErrorCode(StrEnum):
+    """Every error code a result or a run can carry; ``ERRORS`` says what each means."""
+
     # tool: argument and call-shape problems
     TOOL_INVALID_ARGUMENTS = "tool.invalid_arguments"
     TOOL_UNAVAILABLE = "tool.unavailable"
@@ -101,6 +103,8 @@ class ErrorCode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:
+    """What an error code means, and whether the model can recover from it by another call."""
+
     recoverable: bool
     meaning: str
 

@@ -109,18 +109,22 @@ class ToolId:
 
     @classmethod
     def builtin(cls, name: str) -> ToolId:
+        """The id of a built-in tool, e.g. ``builtin:dice.roll``."""
         return cls(ToolKind.BUILTIN, "", name)
 
     @classmethod
     def mcp(cls, registration_id: str, name: str) -> ToolId:
+        """The id of a tool of the MCP server registered as ``registration_id``."""
         return cls(ToolKind.MCP, registration_id, name)
 
     @classmethod
     def extension(cls, extension_id: str, name: str) -> ToolId:
+        """The id of a tool of an extension (a Python module's or a page's)."""
         return cls(ToolKind.EXTENSION, extension_id, name)
 
     @property
     def provider(self) -> str:
+        """Who provides the tool: ``builtin``, ``mcp/<registration>`` or ``extension/<id>``."""
         return self.kind.value if self.kind is ToolKind.BUILTIN else f"{self.kind}/{self.source}"
 
     def __str__(self) -> str:

@@ -44,9 +44,11 @@ class NameRule:
 
     @property
     def pattern(self) -> re.Pattern[str]:
+        """The compiled pattern a whole name must match (cached per rule)."""
         return _compiled(self)
 
     def accepts(self, name: str) -> bool:
+        """Whether the protocol accepts ``name`` as a function name."""
         return self.pattern.fullmatch(name) is not None
 
 

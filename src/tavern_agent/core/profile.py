@@ -42,6 +42,9 @@ def _tool_id_text(value: str) -> str:
 
 
 class ToolSelection(_Model):
+    """Which tools a profile enables: the ToolIds in ``allow``,
+    in the order the model sees them, minus ``deny``."""
+
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
 
@@ -84,6 +87,8 @@ class ShellLimits(_Model):
 
 
 class Limits(_Model):
+    """A profile's budgets: rounds, calls per invocation and per tool, inline result size, shell."""
+
     max_rounds: int = Field(DEFAULT_MAX_ROUNDS, ge=1, le=10_000)
     max_calls_per_invocation: int = Field(DEFAULT_MAX_CALLS, ge=1, le=100_000)
     max_calls_per_tool: dict[str, int] = Field(default_factory=dict)
@@ -104,20 +109,27 @@ class Limits(_Model):
 
 
 class DescriptionOverride(_Model):
+    """A profile's own wording for one tool's description and parameter descriptions."""
+
     description: str | None = None
     properties: dict[str, str] = Field(default_factory=dict)
 
 
 class WorkspaceSettings(_Model):
+    """The workspace roots a profile sees and may write (``None``: the scene's defaults)."""
+
     visible_roots: tuple[str, ...] | None = None
     writable_roots: tuple[str, ...] | None = None
 
 
 class SkillSettings(_Model):
+    """Which skills a profile sees: the ``visible`` names (``*``: all) minus ``deny``."""
+
     visible: tuple[str, ...] = ("*",)
     deny: tuple[str, ...] = ()
 
     def allows(self, name: str) -> bool:
+        """Whether the profile sees the skill named ``name``."""
         return name not in self.deny and ("*" in self.visible or name in self.visible)
 
 
@@ -156,6 +168,7 @@ class DelegationSettings(_Model):
     max_handoff_depth: int = Field(8, ge=0, le=64)
 
     def allows_caller(self, caller_id: str) -> bool:
+        """Whether the agent with profile ``caller_id`` may call this one."""
         return "*" in self.allowed_callers or caller_id in self.allowed_callers
 
 
@@ -202,6 +215,8 @@ class Profile(_Model):
 
     @classmethod
     def from_json(cls, data: Any, origin: str = "profile") -> Profile:
+        """A profile from its JSON form; raises ``ProfileError`` naming
+        the first bad field (``origin`` says where the data came from)."""
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -212,6 +227,8 @@ class Profile(_Model):
 
     @classmethod
     def load(cls, path: Path) -> Profile:
+        """A profile from a JSON file; raises ``ProfileError``
+        for a missing, unreadable or invalid file."""
         try:
             data = json_input.loads(path.read_bytes())
         except FileNotFoundError:
@@ -231,7 +248,9 @@ class Profile(_Model):
         return cls.from_json(json.loads(text), f"built-in profile {profile_id}")
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, as :meth:`from_json` reads it (camelCase keys, every field)."""
         return self.model_dump(mode="json", by_alias=True, exclude_defaults=False)
 
     def tool_budget(self, tool_id: ToolId) -> int | None:
+        """The profile's own call limit for ``tool_id`` per invocation, if it sets one."""
         return self.limits.max_calls_per_tool.get(str(tool_id))

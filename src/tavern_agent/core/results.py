@@ -23,12 +23,16 @@ class NoEffect:
 
 @dataclass(frozen=True, slots=True)
 class FileWritten:
+    """A workspace file was written whole; ``sha256`` is its new content's hash."""
+
     path: str
     sha256: str
 
 
 @dataclass(frozen=True, slots=True)
 class FilePatched:
+    """A workspace file was patched: its hashes before and after, and how many edits applied."""
+
     path: str
     old_sha256: str
     sha256: str
@@ -37,6 +41,8 @@ class FilePatched:
 
 @dataclass(frozen=True, slots=True)
 class CommitRequested:
+    """The call asks the runtime to publish ``path`` to the chat (``mode`` replace or append)."""
+
     path: str
     mode: str
     reason: str | None = None
@@ -44,16 +50,22 @@ class CommitRequested:
 
 @dataclass(frozen=True, slots=True)
 class Finish:
+    """The agent ends its work (``reason`` as it gave it)."""
+
     reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class TaskReturned:
+    """A delegated child returns ``payload`` to the agent that started it."""
+
     payload: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
 class HandoffAccepted:
+    """The agent hands the conversation to agent ``agent_id`` with ``brief``."""
+
     agent_id: str
     brief: dict[str, Any]
 
@@ -126,6 +138,7 @@ class ToolFailure(Exception):
         self.details = details
 
     def outcome(self) -> ToolOutcome:
+        """The error result this failure stands for."""
         return ToolOutcome.fail(self.code, self.message, **self.details)
 
 
@@ -161,6 +174,7 @@ class AgentToolResult:
         )
 
     def to_json(self) -> dict[str, Any]:
+        """The result's JSON form, as the journal stores it."""
         return {
             "callId": self.call_id,
             "toolId": None if self.tool_id is None else str(self.tool_id),

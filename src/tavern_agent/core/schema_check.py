@@ -46,6 +46,7 @@ class SchemaViolation:
     hint: str | None = None
 
     def describe(self) -> str:
+        """The message for the model, with the hint when there is one."""
         return self.message if self.hint is None else f"{self.message} {self.hint}"
 
 

@@ -85,6 +85,9 @@ class Timeouts(_Model):
 
 
 class Registration(_Model):
+    """One MCP server as registered: its id, display name, transport, state, the permission
+    of each tool (``off`` unless listed) and timeouts. Its JSON form is the file on disk."""
+
     id: str
     display_name: str
     transport: StdioTransport | HttpTransport = Field(discriminator="type")

@@ -31,6 +31,9 @@ CallSpec = tuple[str, Mapping[str, Any] | str]
 
 @dataclass(frozen=True)
 class Turn:
+    """One scripted model answer: an assistant text and tool calls given as
+    ``(name, arguments)``; ``truncated`` ends it as cut off at the output limit."""
+
     text: str = ""
     calls: tuple[CallSpec, ...] = ()
     truncated: bool = False

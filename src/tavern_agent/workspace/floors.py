@@ -51,6 +51,7 @@ class FloorFiles(Protocol):
 
 
 def floor_name(index: int) -> str:
+    """The folder name of chat floor ``index``: zero-padded to six digits so names sort."""
     return f"{index:06d}"
 
 

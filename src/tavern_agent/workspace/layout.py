@@ -57,6 +57,7 @@ class DataRoot:
 
     @property
     def skills_dir(self) -> Path:
+        """Where the data folder's skills live (``<data>/skills``)."""
         return self.path / "skills"
 
     def chat_mount_dir(self, stable_chat_id: str) -> Path:
@@ -78,6 +79,8 @@ class DataRoot:
         return ws
 
     def session(self, session_id: str, profile: Profile) -> Workspace:
+        """The workspace of session ``session_id`` as ``profile`` sees it; raises
+        ``ValueError`` for an id that is not a plain name (letters, digits, ``_.-``)."""
         root = self.path / "sessions" / _checked_id("session id", session_id)
         return self.workspace_at(root, Scene.SESSION, profile)
 

@@ -39,6 +39,7 @@ class ReadState:
 
     @property
     def sha256(self) -> str:
+        """The file's hash at read time (waits for a background hash to finish)."""
         return self.digest if isinstance(self.digest, str) else self.digest.result()
 
     @classmethod
@@ -103,6 +104,7 @@ def load_reads(path: Path) -> dict[str, ReadState]:
 
 
 def save_reads(path: Path, reads: dict[str, ReadState]) -> None:
+    """Save read states atomically, for :func:`load_reads` in a later process."""
     data = {
         key: {
             "sha256": s.sha256,

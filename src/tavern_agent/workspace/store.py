@@ -44,11 +44,14 @@ class WorkspaceEscape(RuntimeError):
 
 
 def sha256_hex(data: bytes) -> str:
+    """The SHA-256 of ``data`` as hex text."""
     return hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
 class Entry:
+    """One listing entry: a path, ``file`` or ``dir``, and its size in bytes."""
+
     path: str
     kind: str  # "file" or "dir"
     size: int
@@ -94,6 +97,7 @@ class Workspace:
 
     @classmethod
     def for_scene(cls, root: Path, scene: Scene) -> Workspace:
+        """A workspace at ``root`` with the scene's default visible and writable roots."""
         return cls(root, RootPolicy.for_scene(scene))
 
     # ------------------------------------------------------------ path checks
