@@ -28,15 +28,18 @@ class CharacterCard:
 
     @property
     def spec(self) -> str:
+        """The card format the file declares (``chara_card_v2``, ...; ``chara_card_v1`` if none)."""
         return str(self.raw.get("spec") or "chara_card_v1")
 
     @property
     def data(self) -> dict[str, Any]:
+        """The card's fields: its ``data`` object (V2/V3), else the top level (V1)."""
         data = self.raw.get("data")
         return data if isinstance(data, dict) else self.raw
 
     @property
     def name(self) -> str:
+        """The character's name, or ``""`` when the card gives none."""
         return str(self.data.get("name") or self.raw.get("name") or "")
 
     def book(self) -> WorldBook | None:

@@ -45,13 +45,20 @@ class MountedChat(Protocol):
     """What ``chat/chat.json`` tells about a run's chat (a run's frozen chat input)."""
 
     @property
-    def title(self) -> str: ...
+    def title(self) -> str:
+        """The chat's title (its file name without the extension)."""
+
     @property
-    def stable_chat_id(self) -> str: ...
+    def stable_chat_id(self) -> str:
+        """The chat's id that survives renaming its file."""
+
     @property
-    def character(self) -> str: ...
+    def character(self) -> str:
+        """The character the chat is with."""
+
     @property
-    def floor_count(self) -> int: ...
+    def floor_count(self) -> int:
+        """How many messages the chat had when the run froze it."""
 
 
 def floor_path(index: int) -> str:

@@ -96,14 +96,17 @@ class WorldEntry:
 
     @property
     def uid(self) -> int:
+        """The entry's id within its book (0 if missing)."""
         return _int(self.raw.get("uid"), 0)
 
     @property
     def keys(self) -> tuple[str, ...]:
+        """The primary keys whose mention activates the entry."""
         return _keys(self.raw.get("key"))
 
     @property
     def secondary_keys(self) -> tuple[str, ...]:
+        """The optional filter keys, combined as ``selective_logic`` says."""
         return _keys(self.raw.get("keysecondary"))
 
     @property
@@ -113,41 +116,52 @@ class WorldEntry:
 
     @property
     def selective_logic(self) -> int:
+        """How secondary keys combine: AND ANY, NOT ALL, NOT
+        ANY or AND ALL (unknown values read as AND ANY)."""
         logic = _int(self.raw.get("selectiveLogic"), AND_ANY)
         return logic if logic in (AND_ANY, NOT_ALL, NOT_ANY, AND_ALL) else AND_ANY
 
     @property
     def constant(self) -> bool:
+        """Whether the entry is always active, keys or not."""
         return truthy(self.raw.get("constant"))
 
     @property
     def disabled(self) -> bool:
+        """Whether the entry is switched off."""
         return _loose_true(self.raw.get("disable"))
 
     @property
     def content(self) -> str:
+        """The text the entry inserts into the prompt."""
         value = self.raw.get("content")
         return value if isinstance(value, str) else ""
 
     @property
     def comment(self) -> str:
+        """The entry's title as the user wrote it."""
         value = self.raw.get("comment")
         return value if isinstance(value, str) else ""
 
     @property
     def order(self) -> int:
+        """The insertion order (higher comes later; 100 if missing)."""
         return _int(self.raw.get("order"), 100)
 
     @property
     def position(self) -> int:
+        """Where the content goes in the prompt, as SillyTavern's position number."""
         return _int(self.raw.get("position"), 0)
 
     @property
     def position_name(self) -> str:
+        """The position as a name (``before_char``, ``at_depth``, ...)."""
         return POSITIONS.get(self.position, str(self.position))
 
     @property
     def depth(self) -> int:
+        """For an ``at_depth`` entry, how many messages
+        from the end it is inserted (4 if missing)."""
         return _int(self.raw.get("depth"), 4)
 
     @property
@@ -163,23 +177,28 @@ class WorldEntry:
 
     @property
     def scan_depth(self) -> int | None:
+        """The entry's own scan depth in messages; ``None`` uses the global setting."""
         value = self.raw.get("scanDepth")
         return None if value is None else _int(value, 0)
 
     @property
     def case_sensitive(self) -> bool | None:
+        """Whether keys match case-sensitively; ``None`` uses the global setting."""
         return _opt_bool(self.raw.get("caseSensitive"))
 
     @property
     def match_whole_words(self) -> bool | None:
+        """Whether keys match whole words only; ``None`` uses the global setting."""
         return _opt_bool(self.raw.get("matchWholeWords"))
 
     @property
     def exclude_recursion(self) -> bool:
+        """Whether other entries' content cannot activate this one."""
         return truthy(self.raw.get("excludeRecursion"))
 
     @property
     def prevent_recursion(self) -> bool:
+        """Whether this entry's content does not activate other entries."""
         return truthy(self.raw.get("preventRecursion"))
 
     @property
@@ -192,6 +211,7 @@ class WorldEntry:
 
     @property
     def group(self) -> str:
+        """The inclusion group(s) the entry belongs to (comma-separated names)."""
         value = self.raw.get("group")
         return value if isinstance(value, str) else ""
 
@@ -202,10 +222,12 @@ class WorldEntry:
 
     @property
     def group_override(self) -> bool:
+        """Whether the entry wins its group by order instead of by chance."""
         return truthy(self.raw.get("groupOverride"))
 
     @property
     def group_weight(self) -> float:
+        """The entry's weight in its group's random choice."""
         value = self.raw.get("groupWeight")
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
@@ -213,6 +235,7 @@ class WorldEntry:
 
     @property
     def use_group_scoring(self) -> bool | None:
+        """Whether the group picks by key match score; ``None`` uses the global setting."""
         return _opt_bool(self.raw.get("useGroupScoring"))
 
     def timed(self, kind: str) -> int:
@@ -221,6 +244,7 @@ class WorldEntry:
 
     @property
     def character_filter(self) -> dict[str, Any]:
+        """Which characters (names or tags) the entry is limited to or excluded from."""
         value = self.raw.get("characterFilter")
         return value if isinstance(value, dict) else {}
 
@@ -230,6 +254,7 @@ class WorldEntry:
 
     @property
     def label(self) -> str:
+        """A name for the entry in listings: its comment, else its first key, else its uid."""
         return self.comment or (self.keys[0] if self.keys else f"entry {self.uid}")
 
 
