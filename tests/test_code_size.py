@@ -19,7 +19,6 @@ MAX_FUNCTION_LINES = 80
 
 # Path (relative to src/tavern_agent) -> lines today. May only shrink.
 MODULE_ALLOWLIST: dict[str, int] = {
-    "chat/activation.py": 801,
     "extensions/host.py": 704,
     "runtime/agents.py": 863,
     "runtime/loop.py": 1212,
@@ -27,7 +26,6 @@ MODULE_ALLOWLIST: dict[str, int] = {
 
 # "path:qualified.name" -> lines today. May only shrink.
 FUNCTION_ALLOWLIST: dict[str, int] = {
-    "chat/activation.py:activate": 86,
     "cli.py:call_command": 93,
     "runtime/cli.py:run_command": 166,
     "runtime/loop.py:Engine.step_once": 83,
