@@ -28,7 +28,7 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -57,6 +57,7 @@ from tavern_agent.endpoint.protocol import (
     now,
     parse_request,
 )
+from tavern_agent.endpoint.run_page import RunPages
 from tavern_agent.endpoint.runs import (
     AgentService,
     RunProgress,
@@ -104,6 +105,7 @@ class Endpoint:
     service: AgentService
     settings: EndpointSettings
     active: int = 0  # requests admitted whose run has not ended
+    running: set[str] = field(default_factory=set)  # their run ids, for the run page
 
     # ------------------------------------------------------------ checks
 
@@ -204,6 +206,7 @@ class RunResponse(Response):
             else:
                 await JSONResponse(body, 500)(scope, receive, send)
             return
+        self.endpoint.running.add(run_id)
         task = asyncio.create_task(engine.start())
         task.add_done_callback(lambda _: lines.put_nowait(None))
         answer = self._stream if stream else self._whole
@@ -217,6 +220,7 @@ class RunResponse(Response):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
             engine.close()
+            self.endpoint.running.discard(run_id)
 
     # ------------------------------------------------------------ the two ways to answer
 
@@ -406,6 +410,7 @@ def create_app(service: AgentService, settings: EndpointSettings) -> ASGIApp:
             ("/models", endpoint.models, "GET"),
         ):
             routes.append(Route(prefix + path, handler, methods=[method]))
+    routes += RunPages(service.data_dir, settings.key, lambda: endpoint.running).routes()
     app = Starlette(
         routes=routes,
         middleware=[

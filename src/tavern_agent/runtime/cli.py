@@ -409,7 +409,8 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _summary(run_dir: Path) -> dict[str, Any]:
+def run_summary(run_dir: Path) -> dict[str, Any]:
+    """What ``runs list`` shows of a run: id, scene, status, rounds, commits, where."""
     try:
         record = load_record(run_dir)
     except RunNotFound as exc:  # listed, not fatal: the other runs still show
@@ -446,7 +447,7 @@ def runs_group() -> None:
 @click.pass_context
 def runs_list(ctx: click.Context, as_json: bool) -> None:
     """Every run under the data root, oldest first."""
-    rows = [_summary(p) for p in all_runs(DataRoot(ctx.obj["data_dir"]))]
+    rows = [run_summary(p) for p in all_runs(DataRoot(ctx.obj["data_dir"]))]
     if as_json:
         click.echo(json.dumps(rows, ensure_ascii=False, indent=2))
         return
@@ -484,7 +485,7 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 
 
 def show_timeline(console: Console, run_dir: Path, events: list[Event]) -> None:
-    summary = _summary(run_dir)
+    summary = run_summary(run_dir)
     head = markup(f"{summary['runId']}  {summary['scene']}  {summary['status']}")
     if "problem" in summary:
         head += f"\n{markup(summary['problem'])}"
