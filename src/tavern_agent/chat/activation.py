@@ -77,14 +77,7 @@ from tavern_agent.chat.activation_plan import Plans, plan_for
 from tavern_agent.chat.activation_scan import INITIAL, RECURSION, Buffer, Scan, estimate_tokens
 from tavern_agent.chat.formats import well_formed
 from tavern_agent.chat.macros import MacroValues
-from tavern_agent.chat.world_books import (
-    AND_ALL,
-    AND_ANY,
-    NOT_ALL,
-    NOT_ANY,
-    WorldBook,
-    WorldEntry,
-)
+from tavern_agent.chat.world_books import WorldBook, WorldEntry
 
 RECURSION_HARD_CAP = 100  # passes, when max_recursion_steps is 0 (a cycle must end)
 
@@ -218,10 +211,6 @@ def activate(
 
 
 __all__ = [
-    "AND_ALL",
-    "AND_ANY",
-    "NOT_ALL",
-    "NOT_ANY",
     "ActivatedEntry",
     "ActivationSettings",
     "ScanContext",

@@ -70,5 +70,7 @@ class ScanContext:
 
 @dataclass(frozen=True, slots=True)
 class ScanMessage:
+    """One chat message as activation scans it: the speaker's name and the text."""
+
     name: str
     mes: str

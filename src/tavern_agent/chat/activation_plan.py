@@ -19,14 +19,7 @@ from tavern_agent.chat.activation_inputs import (
 )
 from tavern_agent.chat.key_match import Grams, KeyTable, compile_keys, compiled_key
 from tavern_agent.chat.macros import MacroValues
-from tavern_agent.chat.world_books import (
-    AND_ALL,
-    AND_ANY,
-    NOT_ALL,
-    NOT_ANY,
-    WorldBook,
-    WorldEntry,
-)
+from tavern_agent.chat.world_books import AND_ALL, AND_ANY, NOT_ALL, NOT_ANY, WorldBook, WorldEntry
 
 KNOWN_DECORATORS = ("@@activate", "@@dont_activate")
 
@@ -94,10 +87,12 @@ class Compiled:
         )
 
     def primary(self, raw: str, folded: str, grams: Grams) -> bool:
+        """Whether one of the primary keys matches the text."""
         case = self.case_sensitive
         return any(k is not None and k.matches(raw, folded, case, grams) for k in self.keys or ())
 
     def secondary_ok(self, raw: str, folded: str, grams: Grams) -> bool:
+        """Whether the secondary keys agree, by the entry's ``selectiveLogic``."""
         if not self.secondary:
             return True
         case = self.case_sensitive

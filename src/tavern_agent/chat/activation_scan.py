@@ -68,6 +68,7 @@ class Buffer:
         return text, text.lower()
 
     def add_recursion(self, text: str) -> None:
+        """Add activated content for the recursion passes to scan."""
         self.recurse.append(text)
         self._cache = {k: v for k, v in self._cache.items() if not k[2]}
 
@@ -157,6 +158,7 @@ class Scan:
         return "recursion" if state == RECURSION else "key"
 
     def passes_probability(self, c: Compiled) -> bool:
+        """Roll the entry's ``probability``; a failed roll keeps it out of this activation."""
         e = c.entry
         if not e.use_probability or e.probability == 100 or c.at in self.sticky:
             return True
