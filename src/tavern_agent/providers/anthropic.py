@@ -50,6 +50,8 @@ _CHOICE = {"auto": "auto", "none": "none", "required": "any"}
 
 
 class AnthropicCodec(RequestBuilder):
+    """The Anthropic Messages codec: ``tools``, ``tool_use`` blocks, ``tool_result`` blocks."""
+
     max_tokens_field = "max_tokens"
     protocol = ModelProtocol.ANTHROPIC
 
@@ -79,6 +81,10 @@ class AnthropicCodec(RequestBuilder):
         ids: CallIdMap,
         out: list[dict[str, Any]],
     ) -> None:
+        """Append Anthropic messages for ``entries`` to ``out``: roles
+        alternate (a second message of a role joins the one before),
+        results are ``tool_result`` blocks of the next user message."""
+
         def add(role: str, blocks: list[dict[str, Any]]) -> None:
             # Anthropic wants roles to alternate: a second message of the same
             # role joins the one before (as a new dict; see encode_entries).
@@ -122,12 +128,16 @@ class AnthropicCodec(RequestBuilder):
     def history_frame(
         self, system: str | None, first: dict[str, Any] | None
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The ``system`` field, and a leading user message
+        when the history would start with the assistant."""
         top = {"system": system} if system else {}
         if first is None or first["role"] == "assistant":
             return top, [{"role": "user", "content": [{"type": "text", "text": CONTINUE_TEXT}]}]
         return top, []
 
     def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
+        """A whole Messages response: its text blocks
+        joined and its ``tool_use`` blocks as calls."""
         text: list[str] = []
         calls: list[RecordedCall] = []
         for block in body.get("content") or ():
@@ -141,6 +151,7 @@ class AnthropicCodec(RequestBuilder):
         return _decoded(body, "".join(text), calls, body.get("stop_reason"), body.get("usage"))
 
     def stream_decoder(self) -> AnthropicStream:
+        """A fresh decoder for one streamed Messages response."""
         return AnthropicStream()
 
 
@@ -180,6 +191,8 @@ class AnthropicStream:
     usage: dict[str, Any] = field(default_factory=dict)
 
     def feed(self, event: Mapping[str, Any]) -> None:
+        """Take one Messages stream event (block starts,
+        text and JSON deltas, stop reason, usage)."""
         kind = event.get("type")
         if kind == "message_start":
             self.message = event.get("message") or {}
@@ -207,6 +220,7 @@ class AnthropicStream:
             self.usage.update(event.get("usage") or {})
 
     def result(self) -> DecodedResponse:
+        """The response the events so far make, calls in block order."""
         calls = [
             RecordedCall(ToolCall(b.call_id, b.name, b.raw_arguments()))
             for _, b in sorted(self.blocks.items())

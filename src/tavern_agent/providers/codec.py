@@ -39,6 +39,7 @@ class ToolChoice:
 
     @classmethod
     def named(cls, name: str) -> ToolChoice:
+        """The model must call the tool ``name`` (a model name or a ToolId)."""
         return cls("named", name)
 
 
@@ -55,6 +56,8 @@ class EncodedHistory:
 
 
 class StreamDecoder(Protocol):
+    """Turns the events of one streamed response into a :class:`DecodedResponse`."""
+
     def feed(self, event: Mapping[str, Any]) -> None:
         """Take one streamed event (a chunk) as the provider sent it, as JSON."""
 
@@ -63,6 +66,8 @@ class StreamDecoder(Protocol):
 
 
 class Codec(Protocol):
+    """One model protocol's request and response format (see the module docstring)."""
+
     protocol: ModelProtocol
     history_key: str
     """The body field that holds the history list."""
@@ -134,6 +139,7 @@ class RequestBuilder:
     history_key: str = "messages"
 
     def request_head(self, model: str, max_tokens: int) -> dict[str, Any]:
+        """The model and length-cap fields of a request body."""
         return {"model": model, self.max_tokens_field: max_tokens}
 
     def encode_history(
@@ -174,6 +180,8 @@ def replay_object(call: RecordedCall) -> dict[str, Any]:
 
 
 def check_protocol(snapshot: ToolSnapshot, protocol: ModelProtocol) -> None:
+    """Raise ``ValueError`` unless ``snapshot`` was built
+    for ``protocol`` (its names fit that protocol only)."""
     if snapshot.protocol is not protocol:
         raise ValueError(
             f"snapshot {snapshot.id} was built for {snapshot.protocol.value}, not {protocol.value}"

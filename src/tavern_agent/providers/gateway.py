@@ -87,9 +87,11 @@ class ModelError(Exception):
 class ModelGateway(Protocol):
     """Answers model requests; ``aclose`` frees connections."""
 
-    async def respond(self, request: ModelRequest) -> ModelReply: ...
+    async def respond(self, request: ModelRequest) -> ModelReply:
+        """The model's answer to ``request``; raises ``ModelError`` when there is none."""
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Free the gateway's connections."""
 
 
 # ---------------------------------------------------------------- recordings
@@ -111,6 +113,8 @@ def reply_to_json(request: ModelRequest, reply: ModelReply) -> dict[str, Any]:
 
 
 def reply_from_json(data: Mapping[str, Any]) -> ModelReply:
+    """A recorded response file (``model-responses/round-NNN.json``) as
+    a reply; raises ``ValueError`` if it holds no assistant message."""
     item = Transcript.from_json({"items": [data["message"]]}).items[0]
     if not isinstance(item, AssistantMessage):
         raise ValueError("a recorded response must hold an assistant message")
@@ -133,6 +137,8 @@ class ReplayGateway:
         self.children = _recorded_children(run_dir / run_layout.JOURNAL_FILE)
 
     async def respond(self, request: ModelRequest) -> ModelReply:
+        """The recorded response for the request's round (or a delegated
+        child's round); raises ``ModelError`` when the recording has none."""
         if request.child is None:
             ref = run_layout.model_response(request.round)
             what = f"round {request.round}"
@@ -151,6 +157,7 @@ class ReplayGateway:
             raise ModelError(f"{path}: not a recorded response: {why}") from None
 
     async def aclose(self) -> None:
+        """Nothing to free: a recording holds no connection."""
         return None
 
 
@@ -193,6 +200,7 @@ class ModelConfig:
     headers: Mapping[str, str] = field(default_factory=dict)
 
     def api_key(self) -> str | None:
+        """The API key from the ``api_key_env`` environment variable, if set."""
         return os.environ.get(self.api_key_env) if self.api_key_env else None
 
     def redactor(self) -> Redactor:
@@ -393,6 +401,7 @@ class HttpGateway:
         return ModelReply(decoder.result(), {"events": events}, attempt)
 
     async def aclose(self) -> None:
+        """Close the HTTP client and its connections."""
         await self.client.aclose()
 
 

@@ -61,6 +61,9 @@ _MODE = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
 
 
 class GeminiCodec(RequestBuilder):
+    """The Gemini ``generateContent`` codec: function declarations,
+    ``functionCall`` and ``functionResponse`` parts."""
+
     protocol = ModelProtocol.GEMINI
     history_key = "contents"
 
@@ -97,6 +100,8 @@ class GeminiCodec(RequestBuilder):
         ids: CallIdMap,
         out: list[dict[str, Any]],
     ) -> None:
+        """Append Gemini contents for ``entries`` to ``out``: a model turn with its
+        ``functionCall`` parts, then a user turn with one ``functionResponse`` per call."""
         for entry in entries:
             if not isinstance(entry, Exchange):
                 if entry.text:
@@ -137,6 +142,8 @@ class GeminiCodec(RequestBuilder):
     def history_frame(
         self, system: str | None, first: dict[str, Any] | None
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The ``systemInstruction`` field, and a leading user
+        turn when the history would start with the model."""
         top = {"systemInstruction": {"parts": [{"text": system}]}} if system else {}
         if first is None or first["role"] == "model":
             return top, [{"role": "user", "parts": [{"text": CONTINUE_TEXT}]}]
@@ -147,11 +154,13 @@ class GeminiCodec(RequestBuilder):
         return {"generationConfig": {"maxOutputTokens": max_tokens}}
 
     def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
+        """A whole ``generateContent`` response (decoded as a stream of one event)."""
         stream = GeminiStream()
         stream.feed(body)
         return stream.result()
 
     def stream_decoder(self) -> GeminiStream:
+        """A fresh decoder for one streamed ``streamGenerateContent`` response."""
         return GeminiStream()
 
 
@@ -167,6 +176,8 @@ class GeminiStream:
     usage: Mapping[str, Any] = field(default_factory=dict)
 
     def feed(self, event: Mapping[str, Any]) -> None:
+        """Take one streamed response chunk: text parts,
+        ``functionCall`` parts, finish reason and usage."""
         self.response_id = self.response_id or str(event.get("responseId") or "")
         self.digest.update(json.dumps(event, sort_keys=True, default=str).encode())
         self.usage = event.get("usageMetadata") or self.usage
@@ -186,6 +197,7 @@ class GeminiStream:
             self.finish = candidate["finishReason"]
 
     def result(self) -> DecodedResponse:
+        """The response the chunks so far make; calls without an id get a stable one."""
         finish = FINISH.get(self.finish or "", FinishReason.OTHER)
         if finish is FinishReason.STOP and self.calls:
             finish = FinishReason.TOOL_CALLS

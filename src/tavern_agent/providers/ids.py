@@ -27,6 +27,7 @@ class IdRule:
     source: str
 
     def accepts(self, call_id: str) -> bool:
+        """Whether the protocol accepts ``call_id`` as it is."""
         if not call_id or (self.max_chars is not None and len(call_id) > self.max_chars):
             return False
         return self.allowed is None or _full(self.allowed).fullmatch(call_id) is not None
@@ -85,6 +86,7 @@ class CallIdMap:
 
     @property
     def rule(self) -> IdRule:
+        """The call id rule of this map's protocol."""
         return ID_RULES[self.protocol]
 
     def wire(self, call_id: str) -> str:

@@ -58,6 +58,8 @@ def dump_arguments(values: Mapping[str, Any]) -> str:
 
 
 class OpenAIChatCodec(RequestBuilder):
+    """The OpenAI Chat Completions codec: function tools, ``tool_calls``, ``tool`` messages."""
+
     max_tokens_field = "max_completion_tokens"
     protocol = ModelProtocol.OPENAI_CHAT
 
@@ -66,6 +68,8 @@ class OpenAIChatCodec(RequestBuilder):
     def encode_tools(
         self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
     ) -> dict[str, Any]:
+        """The ``tools`` and ``tool_choice`` fields (``strict`` schemas where
+        a tool's schema allows it); empty when the snapshot has no tools."""
         check_protocol(snapshot, self.protocol)
         if not snapshot.bindings:
             return {}
@@ -97,6 +101,8 @@ class OpenAIChatCodec(RequestBuilder):
         ids: CallIdMap,
         out: list[dict[str, Any]],
     ) -> None:
+        """Append Chat Completions messages for ``entries`` to ``out``: an assistant
+        message with its ``tool_calls``, then one ``tool`` message per call."""
         for entry in entries:
             if not isinstance(entry, Exchange):
                 out.append({"role": "user", "content": entry.text})
@@ -132,11 +138,13 @@ class OpenAIChatCodec(RequestBuilder):
     def history_frame(
         self, system: str | None, first: dict[str, Any] | None
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """A leading ``system`` message when there is a system text."""
         return {}, [{"role": "system", "content": system}] if system else []
 
     # ------------------------------------------------------------ responses
 
     def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
+        """A whole Chat Completions response: the first choice's text and tool calls."""
         choice = body["choices"][0]
         message = choice.get("message") or {}
         calls = []
@@ -148,6 +156,7 @@ class OpenAIChatCodec(RequestBuilder):
         return _decoded(message.get("content") or "", calls, raw_finish, body.get("usage"))
 
     def stream_decoder(self) -> OpenAIChatStream:
+        """A fresh decoder for one streamed Chat Completions response."""
         return OpenAIChatStream()
 
 
@@ -174,6 +183,8 @@ class OpenAIChatStream:
     usage: Mapping[str, Any] | None = None
 
     def feed(self, event: Mapping[str, Any]) -> None:
+        """Take one streamed chunk: text and tool call
+        deltas of the first choice, finish reason, usage."""
         if event.get("usage"):
             self.usage = event["usage"]
         for choice in event.get("choices") or ():
@@ -199,6 +210,7 @@ class OpenAIChatStream:
                 self.finish = choice["finish_reason"]
 
     def result(self) -> DecodedResponse:
+        """The response the chunks so far make, calls in index order."""
         calls = [
             RecordedCall(ToolCall(p.call_id, p.name, p.raw_arguments()))
             for _, p in sorted(self.calls.items())

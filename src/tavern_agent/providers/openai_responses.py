@@ -48,6 +48,9 @@ INCOMPLETE = {
 
 
 class OpenAIResponsesCodec(RequestBuilder):
+    """The OpenAI Responses codec: function tools,
+    ``function_call`` and ``function_call_output`` items."""
+
     max_tokens_field = "max_output_tokens"
     history_key = "input"
     protocol = ModelProtocol.OPENAI_RESPONSES
@@ -55,6 +58,8 @@ class OpenAIResponsesCodec(RequestBuilder):
     def encode_tools(
         self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
     ) -> dict[str, Any]:
+        """The ``tools`` and ``tool_choice`` fields (``strict`` schemas where
+        a tool's schema allows it); empty when the snapshot has no tools."""
         check_protocol(snapshot, self.protocol)
         if not snapshot.bindings:
             return {}
@@ -81,6 +86,8 @@ class OpenAIResponsesCodec(RequestBuilder):
         ids: CallIdMap,
         out: list[dict[str, Any]],
     ) -> None:
+        """Append Responses input items for ``entries`` to ``out``: the assistant
+        text, each ``function_call`` followed by its ``function_call_output``."""
         for entry in entries:
             if not isinstance(entry, Exchange):
                 out.append({"role": "user", "content": entry.text})
@@ -110,9 +117,11 @@ class OpenAIResponsesCodec(RequestBuilder):
     def history_frame(
         self, system: str | None, first: dict[str, Any] | None
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The ``instructions`` field when there is a system text."""
         return ({"instructions": system} if system else {}), []
 
     def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
+        """A whole Responses body: its ``output_text`` parts and ``function_call`` items."""
         text: list[str] = []
         calls: list[RecordedCall] = []
         for item in body.get("output") or ():
@@ -126,6 +135,7 @@ class OpenAIResponsesCodec(RequestBuilder):
         return _decoded(body, "".join(text), calls)
 
     def stream_decoder(self) -> OpenAIResponsesStream:
+        """A fresh decoder for one streamed Responses response."""
         return OpenAIResponsesStream()
 
 
@@ -186,6 +196,8 @@ class OpenAIResponsesStream:
         return part
 
     def feed(self, event: Mapping[str, Any]) -> None:
+        """Take one Responses stream event: text deltas, function call
+        items and their argument deltas, the completed response."""
         kind = event.get("type")
         if kind == "response.output_text.delta":
             self.text.append(event.get("delta", ""))
@@ -207,5 +219,6 @@ class OpenAIResponsesStream:
             self.response = event.get("response") or {}
 
     def result(self) -> DecodedResponse:
+        """The response the events so far make, calls in output order."""
         keys = sorted(self.calls, key=lambda k: self.order[k])
         return _decoded(self.response, "".join(self.text), [self.calls[k].recorded() for k in keys])

@@ -18,4 +18,5 @@ CODECS: dict[ModelProtocol, Codec] = {
 
 
 def codec_for(protocol: ModelProtocol) -> Codec:
+    """The codec of ``protocol``."""
     return CODECS[protocol]

@@ -56,6 +56,7 @@ class RepairedHistory:
 
     @property
     def changed(self) -> bool:
+        """Whether the repair added or dropped anything."""
         return bool(self.synthesized or self.dropped)
 
 

@@ -53,20 +53,26 @@ class RecordedCall:
 
     @property
     def call_id(self) -> str:
+        """The call's id as the provider sent it."""
         return self.call.call_id
 
     @property
     def name(self) -> str:
+        """The called name as the provider sent it."""
         return self.call.name
 
 
 @dataclass(frozen=True, slots=True)
 class UserMessage:
+    """A user turn of the transcript (the task, a reminder)."""
+
     text: str
 
 
 @dataclass(frozen=True, slots=True)
 class AssistantMessage:
+    """One model answer: its text, its tool calls in order, and why it ended."""
+
     text: str = ""
     calls: tuple[RecordedCall, ...] = ()
     finish: FinishReason = FinishReason.STOP
@@ -74,10 +80,13 @@ class AssistantMessage:
 
 @dataclass(frozen=True, slots=True)
 class ToolResultMessage:
+    """The result of one call, fed back to the model."""
+
     result: AgentToolResult
 
     @property
     def call_id(self) -> str:
+        """The id of the call this result answers."""
         return self.result.call_id
 
 
@@ -92,15 +101,18 @@ class Transcript:
     system: str | None = None
 
     def append(self, *items: TranscriptItem) -> Transcript:
+        """A new transcript with ``items`` added at the end (transcripts are immutable)."""
         return Transcript(self.items + items, self.system)
 
     # ------------------------------------------------------------ JSON
 
     def to_json(self) -> dict[str, Any]:
+        """The transcript's JSON form, as :meth:`from_json` reads it."""
         return {"system": self.system, "items": [_item_json(i) for i in self.items]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Transcript:
+        """A transcript from its JSON form."""
         return cls(tuple(_item_from_json(i) for i in data["items"]), data.get("system"))
 
 
@@ -117,10 +129,12 @@ class DecodedResponse:
 
     @property
     def calls(self) -> tuple[RecordedCall, ...]:
+        """The tool calls of the response, in order."""
         return self.message.calls
 
     @property
     def truncated(self) -> bool:
+        """Whether the answer was cut off at the output limit."""
         return self.message.finish.truncated
 
     def truncation_results(self) -> tuple[AgentToolResult, ...]:
@@ -141,12 +155,16 @@ OUTCOME_UNKNOWN_TEXT = (
 
 
 def truncated_result(call: RecordedCall) -> AgentToolResult:
+    """The error result for a call cut off with its answer
+    (its arguments are incomplete, so it is not run)."""
     return AgentToolResult.failure(
         call.call_id, None, ErrorCode.MODEL_TOOL_CALL_TRUNCATED, TRUNCATED_TEXT
     )
 
 
 def outcome_unknown_result(call: RecordedCall) -> AgentToolResult:
+    """The result for a call the transcript has no result for
+    (the run stopped during it): its outcome is unknown."""
     return AgentToolResult.failure(
         call.call_id, None, ErrorCode.TOOL_OUTCOME_UNKNOWN, OUTCOME_UNKNOWN_TEXT, synthesized=True
     )
