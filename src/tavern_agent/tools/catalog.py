@@ -66,10 +66,12 @@ class Registered(Protocol):
     """A registered external tool: its descriptor and whether it is switched on."""
 
     @property
-    def descriptor(self) -> ToolDescriptor: ...
+    def descriptor(self) -> ToolDescriptor:
+        """The tool's descriptor."""
 
     @property
-    def enabled(self) -> bool: ...
+    def enabled(self) -> bool:
+        """Whether the tool is switched on."""
 
 
 GONE = "it is no longer registered"
@@ -103,15 +105,19 @@ class InMemoryToolSource:
     disabled: set[ToolId] = field(default_factory=set)
 
     def add(self, descriptor: ToolDescriptor, handler: Handler) -> None:
+        """Register a tool and its handler (replacing one with the same ToolId)."""
         self.tools[descriptor.tool_id] = (descriptor, handler)
 
     def remove(self, tool_id: ToolId) -> None:
+        """Forget a tool; a later call to it is answered as gone."""
         self.tools.pop(tool_id, None)
 
     def catalog(self, scene: Scene) -> Sequence[ToolDescriptor]:
+        """The enabled tools offered in ``scene``."""
         return [d for t, (d, _) in self.tools.items() if t not in self.disabled and d.serves(scene)]
 
     def availability(self, tool_id: ToolId) -> str | None:
+        """Why the tool cannot be called (gone, disabled), or ``None``."""
         if tool_id not in self.tools:
             return GONE
         return DISABLED if tool_id in self.disabled else None
@@ -119,6 +125,7 @@ class InMemoryToolSource:
     async def invoke(
         self, tool_id: ToolId, arguments: dict[str, Any], context: CallContext
     ) -> ExternalReceipt:
+        """Run the tool's handler."""
         _, handler = self.tools[tool_id]
         return await handler(arguments, context)
 
@@ -153,6 +160,7 @@ class ToolCatalog:
         self.extensions = extensions
 
     def source_for(self, kind: ToolKind) -> ExternalToolSource | None:
+        """The external source of ``kind``'s tools (MCP or extensions), if any."""
         if kind is ToolKind.MCP:
             return self.mcp
         if kind is ToolKind.EXTENSION:
@@ -168,6 +176,7 @@ class ToolCatalog:
         return found
 
     def index(self, scene: Scene) -> dict[ToolId, ToolDescriptor]:
+        """The tools offered in ``scene``, by ToolId."""
         return {d.tool_id: d for d in self.descriptors(scene)}
 
     def validate_profile(self, profile: Profile, previous: Profile | None = None) -> None:
@@ -272,4 +281,5 @@ def _apply_override(
 
 
 def tool_ids(descriptors: Iterable[ToolDescriptor]) -> list[ToolId]:
+    """The ToolIds of ``descriptors``, in order."""
     return [d.tool_id for d in descriptors]

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 class ResultFiles(Protocol):
     """Where spilled results are written: a workspace-relative, write-once store."""
 
-    def write_once(self, logical_path: str, data: bytes) -> None: ...
+    def write_once(self, logical_path: str, data: bytes) -> None:
+        """Write a spilled result under ``logical_path``; never overwrites."""
 
 
 @dataclass(slots=True)
@@ -51,6 +52,8 @@ class CallContext:
         return self.snapshot.name_of(tool_id) or fallback
 
     def require_workspace(self) -> Workspace:
+        """The invocation's workspace; raises ``RuntimeError`` when the
+        invocation has none (a tool that needs one is only offered with one)."""
         if self.workspace is None:
             raise RuntimeError("this tool needs a workspace, and the run has none")
         return self.workspace

@@ -57,6 +57,8 @@ class Dispatcher:
         return source.availability(tool_id)
 
     async def dispatch(self, tool_id: ToolId, args: dict[str, Any], ctx: CallContext) -> Dispatched:
+        """Run the tool by its kind: a built-in in process (its ``ToolFailure``
+        and storage errors become results), else through its external source."""
         if tool_id.kind is ToolKind.BUILTIN:
             tool = self.catalog.builtins.get(tool_id)
             if tool is None:  # availability was checked; a registry cannot lose tools

@@ -93,6 +93,8 @@ class ToolRequestGate:
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
+        """Put back counters saved by :meth:`state`;
+        raises ``ValueError`` for another snapshot's."""
         if state.get("snapshotId") != self.snapshot.id:
             raise ValueError("gate state belongs to another snapshot")
         self.calls_used = int(state["callsUsed"])

@@ -32,6 +32,7 @@ class DirectoryResultFiles:
     root: Path
 
     def write_once(self, logical_path: str, data: bytes) -> None:
+        """Write the spilled result under the root, once."""
         write_once(self.root / logical_path, data)
 
 
@@ -90,6 +91,8 @@ class LongResultStep:
 
 
 def spill_notice(readable: str, total_chars: int, limit: int, path: str, ctx: CallContext) -> str:
+    """The inline text of a spilled result: a header with its
+    size and path, how to read on, and the first part."""
     # The preview never exceeds the inline limit the result went over.
     head = readable[: min(PREVIEW_CHARS, limit)]
     lines = readable.count("\n") + 1

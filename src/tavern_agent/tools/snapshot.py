@@ -39,6 +39,7 @@ class ToolBinding:
 
     @property
     def tool_id(self) -> ToolId:
+        """The bound tool's ToolId."""
         return self.descriptor.tool_id
 
     @property
@@ -78,6 +79,7 @@ class ToolSnapshot:
         object.__setattr__(self, "_by_tool", by_tool)
 
     def by_name(self, name: str) -> ToolBinding | None:
+        """The binding the model calls as ``name``, if any."""
         return self._by_name.get(name)
 
     def name_of(self, tool_id: ToolId | str) -> str | None:
@@ -88,11 +90,13 @@ class ToolSnapshot:
 
     @property
     def model_names(self) -> list[str]:
+        """The names the model sees, in order."""
         return [b.model_name for b in self.bindings]
 
     # ------------------------------------------------------------ JSON
 
     def to_json(self) -> dict[str, Any]:
+        """The snapshot's JSON form, as a run stores it."""
         return {
             "schemaVersion": self.schema_version,
             "id": self.id,
@@ -108,6 +112,8 @@ class ToolSnapshot:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ToolSnapshot:
+        """A snapshot from its JSON form; raises ``SnapshotError``
+        for another schema version or a malformed one."""
         try:
             version = data["schemaVersion"]
             if version != SNAPSHOT_SCHEMA_VERSION:
@@ -135,6 +141,7 @@ class ToolSnapshot:
 
     @classmethod
     def load(cls, path: Path) -> ToolSnapshot:
+        """A snapshot from a JSON file; raises ``SnapshotError`` when it cannot be read."""
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:

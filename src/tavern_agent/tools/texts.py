@@ -69,6 +69,7 @@ def outside_text(text: str, limit: int = EXCEPTION_CHARS) -> str:
 
 
 def short(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, ending with an ellipsis when cut."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -40,6 +40,7 @@ AWAIT_TOOL = ToolId.builtin("agent.await")
 
 
 def describe_delegate(offer: Offer) -> str:
+    """The ``agent.delegate`` description, naming this snapshot's await tool if it has one."""
     waiter = offer.name(AWAIT_TOOL)
     collect = f": collect the result with {waiter}" if waiter else ""
     return (
@@ -49,6 +50,7 @@ def describe_delegate(offer: Offer) -> str:
 
 
 def describe_handoff(offer: Offer) -> str:
+    """The ``agent.handoff`` description, naming this snapshot's await tool if it has one."""
     waiter = offer.name(AWAIT_TOOL)
     first = f" Wait for your tasks with {waiter} first." if waiter else ""
     return (
@@ -88,6 +90,8 @@ def describe_handoff(offer: Offer) -> str:
     repeatable=True,
 )
 async def DELEGATE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    """``agent.delegate``: asks the runtime to start a task for another
+    agent (the runtime checks the target and answers with the task id)."""
     return ToolOutcome("", effect=DelegateRequested(args["agentId"], dict(args["task"])))
 
 
@@ -114,6 +118,8 @@ async def DELEGATE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     repeatable=True,
 )
 async def AWAIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    """``agent.await``: asks the runtime to wait on the
+    caller's tasks (timeout clamped to the maximum)."""
     ids = args.get("taskIds")
     timeout = max(0, min(int(args.get("timeoutMs", DEFAULT_TIMEOUT_MS)), MAX_TIMEOUT_MS))
     mode = args.get("mode", DEFAULT_MODE)
@@ -156,6 +162,7 @@ async def AWAIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     child_drop=True,
 )
 async def HANDOFF(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    """``agent.handoff``: asks the runtime to hand the rest of the run to another agent."""
     return ToolOutcome("", effect=HandoffAccepted(args["agentId"], dict(args["handoff"])))
 
 
@@ -192,4 +199,5 @@ _LIST = {"type": "array", "items": _STR}
     child_only=True,
 )
 async def TASK_RETURN(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    """``task.return``: a delegated child's result for its caller; ends the child's work."""
     return ToolOutcome("", effect=TaskReturned(dict(args)))

@@ -39,6 +39,7 @@ def floor_role(message: ChatMessage) -> str:
 
 
 def require_chat(ctx: CallContext) -> ChatRun:
+    """The run's chat; raises ``chat.unavailable`` for a run without one."""
     if ctx.chat is None:
         raise ToolFailure(
             ErrorCode.CHAT_UNAVAILABLE, "This run has no chat to read; go on without it."
@@ -47,6 +48,7 @@ def require_chat(ctx: CallContext) -> ChatRun:
 
 
 def load_chat(run: ChatRun) -> ChatFile:
+    """The chat as it is now; raises ``chat.not_found`` if it was moved, deleted or damaged."""
     try:
         return run.chat()
     except (FileNotFoundError, ChatFormatError):
@@ -58,6 +60,7 @@ def load_chat(run: ChatRun) -> ChatFile:
 
 
 def floors_text(count: int) -> str:
+    """``floors 0-N`` for a chat of ``count`` messages (``no floors`` when empty)."""
     return f"floors 0-{count - 1}" if count else "no floors"
 
 
@@ -73,6 +76,7 @@ class PastTheEnd(ValueError):
         self.total = total
 
     def describe(self, what: str) -> str:
+        """The model's text for an offset past the end of ``what``."""
         return past_the_end(what, self.offset, self.total)
 
 
@@ -110,6 +114,8 @@ def segment(text: str, offset: int, limit: int | None, cap: int) -> Segment:
 
 
 def continuation(items: list[dict[str, Any]], key: str) -> str:
+    """The note telling the model how to get the items it did
+    not see (a ``key`` argument value to call again with)."""
     text = json.dumps(items, ensure_ascii=False, separators=(",", ":"))
     return f"[more: continue with {key}={text}]"
 
@@ -150,6 +156,7 @@ def continuation(items: list[dict[str, Any]], key: str) -> str:
     repeatable=True,
 )
 async def SEARCH(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    """``chat.search``: ranked floors with snippets, searched on a worker thread."""
     run = require_chat(ctx)
     return await asyncio.to_thread(_search, run, args, ctx)
 
@@ -253,6 +260,7 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
     repeatable=True,
 )
 async def READ_MESSAGES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    """``chat.read_messages``: the asked floors' text, long ones in line pages."""
     run = require_chat(ctx)
     return await asyncio.to_thread(_read, run, args["floors"], ctx)
 

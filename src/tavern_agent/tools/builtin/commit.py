@@ -41,6 +41,8 @@ FINISH_TOOL = "builtin:workspace.finish"
     child_drop=True,
 )
 async def COMMIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    """``workspace.commit``: checks the file and mode, and asks
+    the runtime to publish the file as the run's chat reply."""
     if ctx.chat is None or not ctx.chat.allow_commit:
         child = child_return_hint(ctx.snapshot)
         why = (

@@ -31,6 +31,8 @@ _ALLOWED = (
 
 @dataclass(frozen=True, slots=True)
 class Formula:
+    """A parsed dice formula: ``count`` dice of ``sides`` sides, plus ``modifier``."""
+
     count: int
     sides: int
     modifier: int
@@ -70,6 +72,7 @@ def parse_formula(text: str) -> Formula:
 
 
 def describe_roll(formula: Formula, rolls: list[int], text: str | None = None) -> str:
+    """The model's text for a roll: each die, the modifier and the total."""
     total = sum(rolls) + formula.modifier
     text = text or str(formula)
     if len(rolls) == 1 and formula.modifier == 0:
@@ -102,6 +105,7 @@ PARAMETERS: dict[str, Any] = {
     repeatable=True,
 )
 async def ROLL(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    """``dice.roll``: rolls the formula with the invocation's random source."""
     text, structured = roll_dice(args["formula"], ctx.rng)
     return ToolOutcome(text, structured)
 

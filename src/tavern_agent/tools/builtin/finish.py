@@ -29,5 +29,6 @@ from tavern_agent.tools.context import CallContext
     child_drop=True,
 )
 async def FINISH(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    """``workspace.finish``: ends the run's work (the runtime checks it may end now)."""
     reason = args.get("reason")
     return ToolOutcome("Run finished.", {"reason": reason}, effect=Finish(reason))

@@ -57,6 +57,8 @@ def dump(value: Any, opts: dict[str, Any]) -> str:
 
 
 def main() -> int:
+    """Run one jq filter under memory and CPU limits: the request on stdin's
+    first line, the input after it; the exit status says how it went."""
     memory, cpu = int(sys.argv[1]), int(sys.argv[2])
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))

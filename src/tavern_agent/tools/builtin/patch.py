@@ -43,6 +43,8 @@ CONTEXT_LINES = 5  # lines before and after old_string that a hint asks to read
     },
 )
 async def APPLY_PATCH(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    """``workspace.apply_patch``: replaces exact text in a file the
+    agent has read whole (or every match with ``replace_all``)."""
     old, new = args["old_string"], args["new_string"]
     if old == "":
         raise ToolFailure(

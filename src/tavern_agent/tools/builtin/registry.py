@@ -70,6 +70,7 @@ class BuiltinTool:
 
     @property
     def tool_id(self) -> ToolId:
+        """The tool's ToolId."""
         return self.descriptor.tool_id
 
 
@@ -106,6 +107,7 @@ class BuiltinRegistry:
             self.register(tool)
 
     def register(self, tool: BuiltinTool) -> None:
+        """Add a built-in; raises ``ValueError`` if its ToolId is taken."""
         if tool.tool_id in self._tools:
             raise ValueError(f"built-in tool {tool.tool_id} is registered twice")
         self._tools[tool.tool_id] = tool
@@ -113,9 +115,11 @@ class BuiltinRegistry:
             self.__dict__.pop(cached, None)
 
     def get(self, tool_id: ToolId) -> BuiltinTool | None:
+        """The built-in with ``tool_id``, if there is one."""
         return self._tools.get(tool_id)
 
     def descriptors(self, scene: Scene) -> list[ToolDescriptor]:
+        """The built-ins offered in ``scene``, in registration order."""
         return [t.descriptor for t in self._tools.values() if t.descriptor.serves(scene)]
 
     @functools.cached_property
@@ -130,10 +134,12 @@ class BuiltinRegistry:
 
     @functools.cached_property
     def child_drops(self) -> frozenset[ToolId]:
+        """The built-ins a delegated child never gets (commit, finish, delegation)."""
         return frozenset(t.tool_id for t in self._tools.values() if t.child_drop)
 
     @functools.cached_property
     def child_only(self) -> frozenset[ToolId]:
+        """The built-ins only a delegated child gets (``task.return``)."""
         return frozenset(t.tool_id for t in self._tools.values() if t.child_only)
 
     @functools.cached_property

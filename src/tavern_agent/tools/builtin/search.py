@@ -70,6 +70,8 @@ CHUNK = 100  # files per run handed to one reader (see search_worker)
     repeatable=True,
 )
 async def SEARCH_FILES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    """``workspace.search_files``: the lines of the workspace's files
+    that match an RE2 pattern (``path`` narrows the search)."""
     ws = ctx.require_workspace()
     pattern_text: str = args["pattern"]
     try:

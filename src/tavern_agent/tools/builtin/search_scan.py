@@ -23,6 +23,8 @@ OPTIONS.log_errors = False
 
 @dataclass(frozen=True, slots=True)
 class Hit:
+    """One matching line of a file search: the file, the line number and the line's text."""
+
     path: str
     line: int
     text: str

@@ -141,6 +141,7 @@ class Helper:
             future.set_exception(WorkerFailed("the search worker exited"))
 
     def close(self) -> None:
+        """Kill the worker process and mark the helper broken, so no new run is handed to it."""
         self.broken = True
         with contextlib.suppress(OSError):
             if self._process.stdin is not None:

@@ -67,6 +67,8 @@ _PYTHON_ENV = {"BASHKIT_ALLOW_INPROCESS_PYTHON": "1"}
 
 @dataclass(frozen=True, slots=True)
 class Mount:
+    """A host folder the shell's sandbox shows at ``vfs_path``, writable or not."""
+
     vfs_path: str
     host_path: Path
     writable: bool
@@ -236,6 +238,7 @@ class Streams:
     err: list[str] = field(default_factory=list)
 
     def __call__(self, stdout: str, stderr: str) -> None:
+        """Take one chunk of the script's output."""
         if stdout:
             self.out.append(stdout)
         if stderr:
@@ -289,6 +292,8 @@ def describe_shell(offer: Offer) -> str:
     spills=True,
 )
 async def SHELL(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    """``workspace.shell``: runs a bash script in the Bashkit sandbox
+    over the workspace folders; long output spills to a result file."""
     ws = ctx.require_workspace()
     command: str = args["command"]
     size = len(command.encode("utf-8", "surrogatepass"))

@@ -68,6 +68,7 @@ def decode(data: bytes) -> tuple[str, bool]:
     repeatable=True,
 )
 async def LIST_FILES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    """``workspace.list_files``: the files and folders under a path, to ``depth`` levels."""
     ws = ctx.require_workspace()
     depth = args.get("depth", 2)
     if depth > MAX_LIST_DEPTH:
@@ -109,6 +110,8 @@ def _list(ws: Workspace, path: str, depth: int, ctx: CallContext) -> ToolOutcome
 
 @dataclass(frozen=True, slots=True)
 class Page:
+    """The lines of a file one read shows: which lines of how many, and what was cut or replaced."""
+
     start: int
     end: int  # last line shown, 0 when none
     total: int
@@ -118,6 +121,7 @@ class Page:
 
 
 def count_lines(data: bytes) -> int:
+    """The number of lines in ``data`` (a last line without a newline counts)."""
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
@@ -193,6 +197,8 @@ def head_page(head: bytes, offset: int, limit: int | None) -> Page | None:
     repeatable=True,
 )
 async def READ_FILE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    """``workspace.read_file``: a page of numbered lines,
+    remembering what was read for later patches."""
     ws = ctx.require_workspace()
     path = ws.check(args["file_path"])
     offset, limit = args.get("offset"), args.get("limit")
@@ -239,6 +245,7 @@ def _remember(ctx: CallContext, path: str, state: ReadState) -> None:
 def read_outcome(
     path: str, data: bytes, offset: int | None, limit: int | None, ctx: CallContext
 ) -> ToolOutcome:
+    """The read result for a file's bytes: the page asked for, noting the read state of ``path``."""
     page = page_lines(data, offset or 1, limit)
     small = len(data) <= FULL_READ_BYTES
     if page.total == 0:
@@ -313,6 +320,8 @@ def _page_outcome(
     },
 )
 async def WRITE_FILE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    """``workspace.write_file``: creates, replaces or appends
+    to a file (replacing a file needs a read first)."""
     ws = ctx.require_workspace()
     mode = args.get("mode", "replace")
     if mode not in ("replace", "append"):

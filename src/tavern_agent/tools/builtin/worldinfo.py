@@ -54,6 +54,8 @@ TOOL = "builtin:worldinfo.read_activated"
     repeatable=True,
 )
 async def READ_ACTIVATED(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
+    """``worldinfo.read_activated``: the index of the run's active
+    world info entries, or the text of the ones asked for."""
     run = ctx.chat
     activation = None if run is None else run.input.activation
     if activation is None:
