@@ -54,10 +54,12 @@ def call_hex(call_id: str) -> str:
 
 
 def snapshot_file(snapshot_id: str) -> str:
+    """The run-relative path of an invocation's tool snapshot."""
     return f"{INVOCATIONS_DIR}/{snapshot_id}/tool_snapshot.json"
 
 
 def prompt_file(invocation_id: str) -> str:
+    """The run-relative path of an invocation's prompt record."""
     return f"{INVOCATIONS_DIR}/{invocation_id}/prompt.json"
 
 
@@ -72,14 +74,18 @@ def _call_stem(folder: str, invocation_id: str, round: int, call_id: str) -> str
 
 
 def tool_arguments(invocation_id: str, round: int, call_id: str) -> str:
+    """The path, under ``tool-args/``, of one call's raw arguments (an audit file)."""
     return _call_stem(TOOL_ARGS_DIR, invocation_id, round, call_id) + ".json"
 
 
 def spilled_text(invocation_id: str, round: int, call_id: str) -> str:
+    """The path, under ``tool-results/``, of one call's
+    full result text when it was too long to inline."""
     return _call_stem(RESULTS_DIR, invocation_id, round, call_id) + ".txt"
 
 
 def spilled_audit(invocation_id: str, round: int, call_id: str) -> str:
+    """The path of one call's raw result, kept beside its spilled text."""
     return _call_stem(RESULTS_DIR, invocation_id, round, call_id) + ".raw.json"
 
 
@@ -89,4 +95,6 @@ def reply_file(invocation_id: str, round: int, call_id: str, index: int, suffix:
 
 
 def turn_text(round: int) -> str:
+    """The workspace path where a turn's bare assistant text
+    is saved before the model is reminded to use its tools."""
     return f"scratch/turn-{round:03d}.md"

@@ -19,6 +19,7 @@ class EndpointKeyError(ValueError):
 
 
 def key_path(data_dir: Path) -> Path:
+    """Where the endpoint's stored API key lives under a data folder."""
     return data_dir / KEY_FILE
 
 

@@ -35,6 +35,7 @@ class RequestError(ValueError):
         self.code = code
 
     def body(self) -> dict[str, Any]:
+        """The OpenAI-style error body for this refusal."""
         return error_body(str(self), self.kind, self.code)
 
 
@@ -44,6 +45,7 @@ def error_body(message: str, kind: str, code: str | None) -> dict[str, Any]:
 
 
 def bad_request(message: str, code: str = "invalid_request") -> RequestError:
+    """A 400 refusal with ``message`` and an OpenAI-style error code."""
     return RequestError(400, message, code=code)
 
 
@@ -149,14 +151,17 @@ def parse_request(data: bytes) -> CompletionRequest:
 
 
 def completion_id() -> str:
+    """A new ``chatcmpl-...`` id for a completion."""
     return f"chatcmpl-{secrets.token_hex(12)}"
 
 
 def now() -> int:
+    """The current time in whole seconds, as OpenAI's ``created`` fields give it."""
     return int(time.time())
 
 
 def usage_json(usage: Mapping[str, int]) -> dict[str, int]:
+    """OpenAI's ``usage`` object from token counts (the total computed)."""
     prompt = int(usage.get("prompt_tokens", 0))
     completion = int(usage.get("completion_tokens", 0))
     return {
@@ -211,6 +216,7 @@ def chunk(
 
 
 def model_list(ids: Sequence[str], created: int = 0, owner: str = "tavern-agent") -> dict[str, Any]:
+    """The ``/v1/models`` body: one model per profile id, named with the model prefix."""
     return {
         "object": "list",
         "data": [

@@ -36,6 +36,7 @@ class EndpointServer:
 
     @property
     def url(self) -> str:
+        """The base URL the server listens on (an IPv6 host in brackets)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
@@ -56,6 +57,7 @@ class EndpointServer:
         return self.url
 
     async def aclose(self) -> None:
+        """Stop serving and close the listening socket."""
         if self.server is not None and self.server.started:
             await self.server.shutdown(sockets=[self.sock])
         self.sock.close()

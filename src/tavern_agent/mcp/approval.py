@@ -34,6 +34,7 @@ class ApprovalRequest:
 
     @property
     def preview(self) -> str:
+        """The call's arguments as short JSON text, for a person to judge."""
         return preview_arguments(self.arguments)
 
 
@@ -41,6 +42,7 @@ Approver = Callable[[ApprovalRequest], Awaitable[bool]]
 
 
 def preview_arguments(arguments: dict[str, Any], limit: int = PREVIEW_CHARS) -> str:
+    """``arguments`` as compact JSON, cut to ``limit`` characters with the full length noted."""
     text = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
     return text if len(text) <= limit else text[:limit] + f"… ({len(text):,} characters)"
 

@@ -151,6 +151,7 @@ class Connection:
 
     @property
     def alive(self) -> bool:
+        """Whether the session is up and its task still runs."""
         return (
             self.session is not None
             and not self._ended
@@ -159,9 +160,12 @@ class Connection:
         )
 
     def mark_dead(self) -> None:
+        """Mark the connection lost, so the pool opens a new one for the next call."""
         self._ended = True
 
     async def start(self, timeout: float) -> ClientSession:
+        """Connect and initialize within ``timeout`` seconds; raises ``ConnectError``
+        saying why not (a login needed, no answer, the server's error)."""
         ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._run(ready), name=f"mcp-{self.reg_id}")
         try:
@@ -248,6 +252,7 @@ class Connection:
         self._stop.set()
 
     async def close(self) -> None:
+        """End the session and its task (cancelled if it does not end in time)."""
         self._stop.set()
         task = self._task
         if task is None or task.done():
@@ -289,6 +294,7 @@ class ConnectionPool:
         self.elicitation: Callable[[str], ElicitationFnT | None] = lambda reg_id: None
 
     def current(self, reg_id: str) -> Connection | None:
+        """The registration's live connection, if there is one."""
         conn = self._connections.get(reg_id)
         return conn if conn is not None and conn.alive else None
 
@@ -336,9 +342,12 @@ class ConnectionPool:
         self._crashes[reg_id] = (count + 1, time.monotonic())
 
     def note_success(self, reg_id: str) -> None:
+        """Forget the registration's crashes, so its next connect waits no backoff."""
         self._crashes.pop(reg_id, None)
 
     def backoff_seconds(self, reg_id: str) -> float:
+        """How long to wait before connecting again to a
+        server that kept crashing (0 if it did not)."""
         count, when = self._crashes.get(reg_id, (0, 0.0))
         if count == 0:
             return 0.0
@@ -351,11 +360,13 @@ class ConnectionPool:
             await asyncio.sleep(delay)
 
     async def drop(self, reg_id: str) -> None:
+        """Close and forget the registration's connection."""
         conn = self._connections.pop(reg_id, None)
         if conn is not None:
             await conn.close()
 
     async def close_all(self) -> None:
+        """Close every connection at once."""
         conns = list(self._connections.values())
         self._connections.clear()
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)

@@ -60,6 +60,7 @@ class Deadlines:
                     task.cancel()
 
     async def aclose(self) -> None:
+        """Stop the watchdog task."""
         if self._watchdog is not None:
             self._watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -31,6 +31,7 @@ class CappedLog:
         self._size = self._file.tell()
 
     def write(self, data: bytes) -> None:
+        """Append ``data``, rotating the file whenever it reaches the cap."""
         while data:
             room = self.cap - self._size
             if room <= 0:
@@ -48,6 +49,7 @@ class CappedLog:
         self._size = 0
 
     def close(self) -> None:
+        """Close the file."""
         self._file.close()
 
 

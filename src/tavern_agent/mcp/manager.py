@@ -272,6 +272,8 @@ class McpManager:
     # ------------------------------------------------------------ catalog port
 
     def catalog(self, scene: Scene) -> Sequence[ToolDescriptor]:
+        """The tools offered in ``scene``: each active registration's discovered tools whose
+        permission is not ``off`` (broken registration files are logged and skipped)."""
         found: list[ToolDescriptor] = []
         regs, broken = self.store.scan()
         for bad in broken:
@@ -309,6 +311,9 @@ class McpManager:
     async def invoke(
         self, tool_id: ToolId, arguments: dict[str, Any], context: CallContext
     ) -> ExternalReceipt:
+        """Call an MCP tool: reload the registration and check the permission right
+        before sending (asking the approver for ``ask``), then convert the server's
+        result. Every failure is a result saying whether the call was sent."""
         if tool_id.kind is not ToolKind.MCP:
             raise LookupError(f"{tool_id} is not an MCP tool")
         name = context.snapshot.name_of(tool_id) or tool_id.name

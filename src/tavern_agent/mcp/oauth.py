@@ -72,6 +72,7 @@ class FileTokenStorage:
         atomic_write(self.path, text.encode(), mode=0o600)
 
     async def get_tokens(self) -> OAuthToken | None:
+        """The stored tokens, or ``None`` (also for a damaged entry)."""
         raw = self._load().get("tokens")
         try:
             return None if raw is None else OAuthToken.model_validate(raw)
@@ -79,6 +80,7 @@ class FileTokenStorage:
             return None
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
+        """Store new tokens with their expiry time; a wanted scope is settled."""
         data = self._load()
         data["tokens"] = tokens.model_dump(mode="json", exclude_none=True)
         data["expiresAt"] = None if tokens.expires_in is None else time.time() + tokens.expires_in
@@ -99,6 +101,8 @@ class FileTokenStorage:
         self._store(data)
 
     def metadata(self) -> tuple[OAuthMetadata, ProtectedResourceMetadata | None] | None:
+        """The stored authorization server (and protected
+        resource) metadata, if discovery saved them."""
         data = self._load()
         try:
             server = OAuthMetadata.model_validate(data["authorizationServer"])
@@ -109,6 +113,7 @@ class FileTokenStorage:
         return server, resource
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
+        """The stored client registration, or ``None``."""
         raw = self._load().get("client")
         try:
             return None if raw is None else OAuthClientInformationFull.model_validate(raw)
@@ -116,6 +121,7 @@ class FileTokenStorage:
             return None
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        """Store the client registration."""
         data = self._load()
         data["client"] = client_info.model_dump(mode="json", exclude_none=True)
         self._store(data)
@@ -126,6 +132,7 @@ class FileTokenStorage:
         return float(value) if isinstance(value, int | float) else None
 
     def has_tokens(self) -> bool:
+        """Whether tokens are stored (the server was logged in to)."""
         return "tokens" in self._load()
 
     def set_wanted_scope(self, scope: str | None) -> None:
@@ -136,13 +143,16 @@ class FileTokenStorage:
             self._store(data)
 
     def wanted_scope(self) -> str | None:
+        """The scope a call was refused for, which the next login asks for."""
         value = self._load().get("wantedScope")
         return value if isinstance(value, str) else None
 
     def has_client(self) -> bool:
+        """Whether a client registration is stored."""
         return "client" in self._load()
 
     def forget_client(self) -> None:
+        """Drop the stored client registration (the server no longer knows it), keeping the rest."""
         data = self._load()
         if data.pop("client", None) is not None:
             self._store(data)
@@ -265,6 +275,7 @@ class CallbackReceiver:
         self.port = 0
 
     async def start(self, port: int = 0) -> CallbackReceiver:
+        """Listen on 127.0.0.1 at ``port`` (any free port if it is taken)."""
         self._result = asyncio.get_running_loop().create_future()
         try:
             self._server = await asyncio.start_server(self._serve, "127.0.0.1", port)
@@ -275,6 +286,7 @@ class CallbackReceiver:
 
     @property
     def redirect_uri(self) -> str:
+        """The redirect URI to register and send with the authorization request."""
         return f"http://127.0.0.1:{self.port}{CALLBACK_PATH}"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -315,11 +327,14 @@ class CallbackReceiver:
             self._result.set_result(result)
 
     async def wait(self) -> AuthorizationCodeResult:
+        """The authorization code and state from the redirect;
+        raises ``TimeoutError`` if none comes in time."""
         assert self._result is not None, "start() first"
         async with asyncio.timeout(LOGIN_WAIT_SECONDS):
             return await self._result
 
     async def close(self) -> None:
+        """Stop listening."""
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):

@@ -51,6 +51,8 @@ class _Model(BaseModel):
 
 
 class StdioTransport(_Model):
+    """A server started as a local process, spoken to over its stdin and stdout."""
+
     type: Literal["stdio"] = "stdio"
     command: str
     args: tuple[str, ...] = ()
@@ -80,6 +82,8 @@ class HttpTransport(_Model):
 
 
 class Timeouts(_Model):
+    """How long a call may take and how long connecting may take, in seconds."""
+
     call_seconds: float = Field(DEFAULT_CALL_SECONDS, gt=0)
     connect_seconds: float = Field(DEFAULT_CONNECT_SECONDS, gt=0)
 
@@ -104,17 +108,21 @@ class Registration(_Model):
         return self
 
     def permission(self, tool: str) -> Permission:
+        """The permission of the server's tool ``tool`` (``off`` unless set)."""
         return self.tool_permissions.get(tool, "off")
 
     def with_permissions(self, changes: Mapping[str, Permission]) -> Registration:
+        """A copy with ``changes`` merged into the tool permissions."""
         merged = {**self.tool_permissions, **changes}
         return self.model_copy(update={"tool_permissions": merged})
 
     def to_json(self) -> dict[str, Any]:
+        """The registration's JSON form, as its file holds it."""
         return self.model_dump(mode="json", by_alias=True)
 
 
 def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine (``localhost`` or a loopback address)."""
     if host.lower() == "localhost":
         return True
     try:
@@ -124,11 +132,14 @@ def is_loopback(host: str) -> bool:
 
 
 def slugify(name: str) -> str:
+    """A registration id made from a display name (``server`` if nothing is left)."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.").lower()[:48]
     return slug or "server"
 
 
 class DiscoveredTool(_Model):
+    """One tool of a server's ``tools/list``, as validated and cached."""
+
     name: str
     description: str = ""
     input_schema: dict[str, Any]
@@ -136,6 +147,8 @@ class DiscoveredTool(_Model):
 
 
 class SkippedTool(_Model):
+    """A tool of a server's ``tools/list`` left out, with the reason."""
+
     name: str
     reason: str
 
@@ -149,9 +162,11 @@ class DiscoveredCatalog(_Model):
 
     @property
     def names(self) -> list[str]:
+        """The discovered tools' names, in the server's order."""
         return [t.name for t in self.tools]
 
     def age_text(self, now: float | None = None) -> str:
+        """How long ago the discovery was, with its UTC time."""
         seconds = max((now or time.time()) - self.discovered_at, 0)
         when = datetime.fromtimestamp(self.discovered_at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
         for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
@@ -183,6 +198,7 @@ class BrokenRegistration:
 
     @property
     def diagnostic(self) -> str:
+        """The message naming the unusable file, its problem and the fix."""
         return (
             f"MCP registration {self.path.name} skipped: {self.problem}. Fix the file, "
             f"or delete it with `tavern-agent mcp remove {self.id}`."
@@ -314,6 +330,7 @@ class RegistrationStore:
     # ------------------------------------------------------------ writing
 
     def new_id(self, display_name: str) -> str:
+        """A registration id for ``display_name`` that no file uses yet."""
         base = slugify(display_name)
         candidate, n = base, 1
         while (self.registrations_dir / f"{candidate}.json").exists():
@@ -331,6 +348,7 @@ class RegistrationStore:
         atomic_write(self.registrations_dir / f"{reg.id}.json", data.encode(), mode=0o600)
 
     def save_catalog(self, reg_id: str, catalog: DiscoveredCatalog) -> None:
+        """Store a server's discovered catalog atomically."""
         data = json.dumps(catalog.model_dump(mode="json", by_alias=True), ensure_ascii=False)
         atomic_write(self.catalog_dir / f"{reg_id}.json", data.encode())
 
@@ -353,6 +371,7 @@ class RegistrationStore:
         return removed
 
     def log_path(self, reg_id: str) -> Path:
+        """The registration's server log file (what a stdio server writes to stderr)."""
         return self.logs_dir / f"{reg_id}.log"
 
     def oauth_path(self, reg_id: str) -> Path:
@@ -380,6 +399,7 @@ def describe_invalid(exc: ValidationError) -> str:
 
 
 def parse_registration(data: Any) -> Registration:
+    """A registration from its JSON form; raises ``RegistrationError`` naming the first problem."""
     try:
         return Registration.model_validate(data)
     except ValidationError as exc:

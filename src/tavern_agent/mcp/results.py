@@ -140,6 +140,8 @@ def convert_result(
     server: str,
     tool: str,
 ) -> ExternalReceipt:
+    """An MCP tool result as a receipt: text blocks in order, structured content kept,
+    media saved under ``tool-results/`` as resource refs, an oversized result cut."""
     texts: list[str] = []
     parts: list[str] = []
     refs: list[str] = []
