@@ -66,7 +66,7 @@ from tavern_agent.extensions.python import (
     target_of,
     unavailable,
 )
-from tavern_agent.tools.catalog import ExternalReceipt, enabled_catalog, entry_availability
+from tavern_agent.tools.catalog import ExternalReceipt, RegisteredTools
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.texts import OUTSIDE_FAILURE_STEP, outside_text
 
@@ -134,9 +134,16 @@ class Page:
 
 @dataclass(slots=True)
 class WebTool:
+    """A tool a page registered; it lives as long as the page's connection."""
+
     descriptor: ToolDescriptor
     page: Page
     enabled: bool
+
+    @property
+    def origin(self) -> str:
+        """The page that registered the tool."""
+        return self.page.label
 
 
 @dataclass(slots=True)
@@ -216,7 +223,7 @@ def offered_token(request: Request) -> str | None:
     return None
 
 
-class ExtensionHost:
+class ExtensionHost(RegisteredTools[WebTool]):
     """Pages' tools as the :class:`~tavern_agent.tools.catalog.ExtensionTools` port.
 
     Usable in-process (``async with ExtensionHost() as host``, then pass it to
@@ -476,16 +483,6 @@ class ExtensionHost:
         pending.future.set_result(receipt)
 
     # ------------------------------------------------------------ the port
-
-    def catalog(self, scene: Scene) -> Sequence[ToolDescriptor]:
-        return enabled_catalog(self.tools.values(), scene)
-
-    def availability(self, tool_id: ToolId) -> str | None:
-        return entry_availability(self.tools.get(tool_id))
-
-    def origin(self, tool_id: ToolId) -> str | None:
-        found = self.tools.get(tool_id)
-        return None if found is None else found.page.label
 
     def listing(self) -> list[dict[str, Any]]:
         return [

@@ -26,7 +26,7 @@ import logging
 import queue
 import threading
 import traceback
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_args, get_type_hints
 
@@ -35,7 +35,7 @@ from pydantic import ConfigDict, ValidationError, create_model
 from tavern_agent.core.descriptors import Scene, ToolDescriptor
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.ids import ToolId
-from tavern_agent.tools.catalog import ExternalReceipt, enabled_catalog, entry_availability
+from tavern_agent.tools.catalog import ExternalReceipt, RegisteredTools
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.texts import OUTSIDE_FAILURE_STEP, exception_text
 
@@ -142,6 +142,11 @@ class PythonTool:
     arguments_model: Any  # a pydantic model class, or None for an explicit schema
     is_async: bool
     enabled: bool = True
+
+    @property
+    def origin(self) -> str:
+        """The module that registered the function."""
+        return f"module {self.module}"
 
     def model_name(self, ctx: CallContext) -> str:
         tool_id = self.descriptor.tool_id
@@ -278,7 +283,7 @@ def fail_receipt(code: ErrorCode, message: str) -> ExternalReceipt:
 
 
 @dataclass
-class ExtensionRegistry:
+class ExtensionRegistry(RegisteredTools[PythonTool]):
     """Python-registered extension tools: the :class:`ExtensionTools` port for this process.
 
     ``call_timeout`` bounds each call in seconds, as the page host does; a
@@ -361,17 +366,6 @@ class ExtensionRegistry:
         self.tools[tool_id].enabled = enabled
 
     # ------------------------------------------------------------ the port
-
-    def catalog(self, scene: Scene) -> Sequence[ToolDescriptor]:
-        return enabled_catalog(self.tools.values(), scene)
-
-    def availability(self, tool_id: ToolId) -> str | None:
-        return entry_availability(self.tools.get(tool_id))
-
-    def origin(self, tool_id: ToolId) -> str | None:
-        """Which module registered ``tool_id`` (for listings), or ``None``."""
-        found = self.tools.get(tool_id)
-        return None if found is None else f"module {found.module}"
 
     async def invoke(
         self, tool_id: ToolId, arguments: dict[str, Any], context: CallContext

@@ -42,8 +42,7 @@ from tavern_agent.tools.catalog import (
     GONE,
     ExtensionTools,
     ExternalReceipt,
-    enabled_catalog,
-    entry_availability,
+    RegisteredTools,
 )
 from tavern_agent.tools.context import CallContext
 
@@ -94,15 +93,15 @@ class HostFiles:
 
 
 class _Entry:
-    __slots__ = ("descriptor", "enabled", "source")
+    __slots__ = ("descriptor", "enabled", "origin")
 
-    def __init__(self, descriptor: ToolDescriptor, enabled: bool, source: str) -> None:
+    def __init__(self, descriptor: ToolDescriptor, enabled: bool, origin: str) -> None:
         self.descriptor = descriptor
         self.enabled = enabled
-        self.source = source
+        self.origin = origin
 
 
-class RemoteExtensionTools:
+class RemoteExtensionTools(RegisteredTools[_Entry]):
     """The extension tools of a host in another process, through its runtime channel."""
 
     def __init__(self, connection: ClientConnection) -> None:
@@ -178,16 +177,6 @@ class RemoteExtensionTools:
             self._first_catalog.set_result(None)
 
     # ------------------------------------------------------------ the port
-
-    def catalog(self, scene: Scene) -> Sequence[ToolDescriptor]:
-        return enabled_catalog(self.tools.values(), scene)
-
-    def availability(self, tool_id: ToolId) -> str | None:
-        return entry_availability(self.tools.get(tool_id))
-
-    def origin(self, tool_id: ToolId) -> str | None:
-        found = self.tools.get(tool_id)
-        return None if found is None else found.source
 
     async def invoke(
         self, tool_id: ToolId, arguments: dict[str, Any], context: CallContext

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from tavern_agent.core.descriptors import Scene, ToolDescriptor
 from tavern_agent.core.errors import ErrorCode
@@ -63,7 +63,7 @@ class ExtensionTools(ExternalToolSource, Protocol):
 
 
 class Registered(Protocol):
-    """A registered external tool: its descriptor and whether it is switched on."""
+    """A registered external tool: its descriptor, whether it is switched on, who added it."""
 
     @property
     def descriptor(self) -> ToolDescriptor:
@@ -73,21 +73,43 @@ class Registered(Protocol):
     def enabled(self) -> bool:
         """Whether the tool is switched on."""
 
+    @property
+    def origin(self) -> str:
+        """Who registered the tool, for listings (a page, a module…)."""
+        ...
+
 
 GONE = "it is no longer registered"
 DISABLED = "it has been disabled"
 
-
-def enabled_catalog(entries: Iterable[Registered], scene: Scene) -> list[ToolDescriptor]:
-    """The descriptors of the enabled entries that serve ``scene`` (the ``catalog`` answer)."""
-    return [e.descriptor for e in entries if e.enabled and e.descriptor.serves(scene)]
+R = TypeVar("R", bound=Registered)
 
 
-def entry_availability(entry: Registered | None) -> str | None:
-    """The ``availability`` answer for a registry entry looked up by ToolId."""
-    if entry is None:
-        return GONE
-    return None if entry.enabled else DISABLED
+class RegisteredTools(Generic[R]):
+    """The lookups of an external tool port whose tools are a table of registrations.
+
+    A subclass keeps ``tools`` current and adds ``invoke``.
+    """
+
+    tools: dict[ToolId, R]
+
+    def catalog(self, scene: Scene) -> Sequence[ToolDescriptor]:
+        """The descriptors of the enabled tools that serve ``scene``."""
+        return [
+            e.descriptor for e in self.tools.values() if e.enabled and e.descriptor.serves(scene)
+        ]
+
+    def availability(self, tool_id: ToolId) -> str | None:
+        """``None`` when ``tool_id`` is registered and enabled, else why not."""
+        entry = self.tools.get(tool_id)
+        if entry is None:
+            return GONE
+        return None if entry.enabled else DISABLED
+
+    def origin(self, tool_id: ToolId) -> str | None:
+        """Who registered ``tool_id`` (for listings), or ``None``."""
+        found = self.tools.get(tool_id)
+        return None if found is None else found.origin
 
 
 Handler = Callable[[dict[str, Any], CallContext], Awaitable[ExternalReceipt]]
