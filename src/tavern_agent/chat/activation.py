@@ -98,6 +98,7 @@ class ActivatedEntry:
     trigger: str  # "constant", "key", "recursion", "sticky", "decorator" or "host"
 
     def to_json(self) -> dict[str, Any]:
+        """The entry's JSON form, as the frozen chat input stores it."""
         return {
             "ref": self.ref,
             "world": self.world,

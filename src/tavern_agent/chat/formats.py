@@ -73,6 +73,8 @@ class ChatMessage:
 
     @property
     def raw(self) -> dict[str, Any]:
+        """The message's JSON object, parsed from its line on first use;
+        raises ``ChatFormatError`` if the line no longer parses."""
         if self._raw is None:
             assert self.line is not None
             found = _json_object(self.line)
@@ -93,23 +95,28 @@ class ChatMessage:
 
     @property
     def name(self) -> str:
+        """The speaker's name as the chat gives it."""
         return well_formed(str(self.raw.get("name") or ""))
 
     @property
     def mes(self) -> str:
+        """The message text (``""`` when missing or not text)."""
         value = self.raw.get("mes")
         return well_formed(value) if isinstance(value, str) else ""
 
     @property
     def is_user(self) -> bool:
+        """Whether the user wrote the message."""
         return self.raw.get("is_user") is True
 
     @property
     def is_system(self) -> bool:
+        """The raw ``is_system`` flag, which SillyTavern sets to hide a message from the prompt."""
         return self.raw.get("is_system") is True
 
     @property
     def extra(self) -> dict[str, Any]:
+        """The message's ``extra`` object (``{}`` when missing)."""
         value = self.raw.get("extra")
         return value if isinstance(value, dict) else {}
 
@@ -129,11 +136,13 @@ class ChatMessage:
 
     @property
     def swipe_id(self) -> int:
+        """Which swipe is shown (0 when missing)."""
         value = self.raw.get("swipe_id")
         return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
     @property
     def swipe_count(self) -> int:
+        """How many swipes the message has (1 without a swipe list)."""
         swipes = self.raw.get("swipes")
         return len(swipes) if isinstance(swipes, list) else 1
 
@@ -146,6 +155,7 @@ class ChatMessage:
         self.line = None
 
     def encoded(self) -> bytes:
+        """The message's JSON line: the bytes as read when it is unchanged."""
         return self.line if self.line is not None else encode_line(self.raw)
 
 
@@ -176,11 +186,13 @@ class ChatFile:
 
     @property
     def metadata(self) -> dict[str, Any]:
+        """The header's ``chat_metadata`` object (``{}`` when missing)."""
         value = self.header.get("chat_metadata")
         return value if isinstance(value, dict) else {}
 
     @property
     def integrity(self) -> str | None:
+        """SillyTavern's integrity id of the chat, if it has one."""
         value = self.metadata.get("integrity")
         return value if isinstance(value, str) and value else None
 
@@ -221,6 +233,8 @@ class ChatFile:
         return (head if self.has_header else []) + [m.encoded() for m in self.messages]
 
     def encode(self) -> bytes:
+        """The whole chat file as bytes, keeping the original
+        line breaks and whitespace between lines."""
         records = self.records()
         if self.gaps is None:
             body = self.newline.join(records)

@@ -37,9 +37,12 @@ class Invocation:
 
     @property
     def is_child(self) -> bool:
+        """Whether this invocation is a delegated child task."""
         return self.kind == "child"
 
     def record(self) -> dict[str, Any]:
+        """The invocation's entry in the run record: ids,
+        kind, its agent's profile and parent task."""
         out: dict[str, Any] = {
             "id": self.id,
             "snapshotId": self.snapshot.id,

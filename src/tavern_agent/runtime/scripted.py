@@ -39,6 +39,7 @@ class Turn:
     truncated: bool = False
 
     def message(self, round: int) -> AssistantMessage:
+        """The assistant message this turn makes in ``round`` (call ids ``call_r<round>_<i>``)."""
         recorded = tuple(
             RecordedCall(
                 ToolCall(
@@ -56,10 +57,12 @@ class Turn:
         return AssistantMessage(self.text, recorded, finish)
 
     def to_json(self) -> dict[str, Any]:
+        """The turn's JSON form, as a script file holds it."""
         return {"text": self.text, "calls": [[n, a] for n, a in self.calls]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Turn:
+        """A turn from its JSON form."""
         return cls(data.get("text", ""), tuple((n, a) for n, a in data.get("calls", ())))
 
 
@@ -69,10 +72,12 @@ def call(name: str, args: Mapping[str, Any] | str | None = None) -> Turn:
 
 
 def calls(*specs: CallSpec, text: str = "") -> Turn:
+    """A turn with several calls (and optional text)."""
     return Turn(text, tuple(specs))
 
 
 def say(text: str) -> Turn:
+    """A turn with text only."""
     return Turn(text)
 
 
@@ -88,6 +93,8 @@ class ScriptedGateway:
     requests: list[ModelRequest] = field(default_factory=list)
 
     async def respond(self, request: ModelRequest) -> ModelReply:
+        """The script's turn for the request's round;
+        raises ``ModelError`` past the script's end."""
         self.requests.append(request)
         if self.delay:
             await asyncio.sleep(self.delay)
@@ -99,10 +106,12 @@ class ScriptedGateway:
         return ModelReply(DecodedResponse(message, message.finish.value), {"scripted": True})
 
     async def aclose(self) -> None:
+        """Nothing to free."""
         return None
 
     @classmethod
     def load(cls, path: Path, delay: float = 0.0) -> ScriptedGateway:
+        """A gateway from a script file ``{"turns": [...]}``."""
         data = json.loads(path.read_text(encoding="utf-8"))
         return cls([Turn.from_json(t) for t in data["turns"]], delay)
 
@@ -125,6 +134,8 @@ class ScriptedAgents:
     _counts: dict[str, int] = field(default_factory=dict)
 
     async def respond(self, request: ModelRequest) -> ModelReply:
+        """The next turn of the requesting agent's script;
+        raises ``ModelError`` when it has none."""
         self.requests.append(request)
         count = self._counts.get(request.invocation_id, 0) + 1
         self._counts[request.invocation_id] = count
@@ -138,4 +149,5 @@ class ScriptedAgents:
         return ModelReply(DecodedResponse(message, message.finish.value), {"scripted": True})
 
     async def aclose(self) -> None:
+        """Nothing to free."""
         return None
