@@ -69,6 +69,7 @@ class ExtensionContext:
 
     @classmethod
     def of(cls, ctx: CallContext) -> ExtensionContext:
+        """The context an extension function gets for the call ``ctx``."""
         return cls(ctx.run_id, ctx.invocation_id, ctx.call_id, target_of(ctx), ctx.cancelled)
 
 
@@ -149,6 +150,7 @@ class PythonTool:
         return f"module {self.module}"
 
     def model_name(self, ctx: CallContext) -> str:
+        """The name the model called this tool by (its snapshot's name for it)."""
         tool_id = self.descriptor.tool_id
         return ctx.snapshot.name_of(tool_id) or tool_id.name
 
@@ -163,6 +165,8 @@ class PythonTool:
     async def call(
         self, arguments: dict[str, Any], ctx: CallContext, timeout: float = DEFAULT_TIMEOUT
     ) -> ExternalReceipt:
+        """Run the function with validated arguments within ``timeout`` seconds; bad
+        arguments, an exception, a timeout or a cancellation come back as an error receipt."""
         kwargs: dict[str, Any]
         if self.arguments_model is not None:
             try:
@@ -279,6 +283,7 @@ async def _bounded(work: Awaitable[Any], cancelled: asyncio.Event, timeout: floa
 
 
 def fail_receipt(code: ErrorCode, message: str) -> ExternalReceipt:
+    """An error receipt with ``code`` and the model's text ``message``."""
     return ExternalReceipt(content=message, is_error=True, error_code=code)
 
 
@@ -331,6 +336,8 @@ class ExtensionRegistry(RegisteredTools[PythonTool]):
         parameters: Mapping[str, Any] | None = None,
         enabled: bool = True,
     ) -> ToolId:
+        """Register ``function`` as the tool ``extension/<extension_id>:<name>``
+        and return its ToolId; raises ``AlreadyRegistered`` if that id is taken."""
         tool_id = ToolId.extension(extension_id, name)
         if tool_id in self.tools:
             raise AlreadyRegistered(
@@ -360,9 +367,11 @@ class ExtensionRegistry(RegisteredTools[PythonTool]):
         return tool_id
 
     def unregister(self, tool_id: ToolId) -> None:
+        """Remove a tool; a later call to it is answered as unavailable."""
         self.tools.pop(tool_id, None)
 
     def set_enabled(self, tool_id: ToolId, enabled: bool) -> None:
+        """Switch a registered tool on or off; raises ``KeyError`` for an unknown one."""
         self.tools[tool_id].enabled = enabled
 
     # ------------------------------------------------------------ the port
@@ -370,6 +379,7 @@ class ExtensionRegistry(RegisteredTools[PythonTool]):
     async def invoke(
         self, tool_id: ToolId, arguments: dict[str, Any], context: CallContext
     ) -> ExternalReceipt:
+        """Call the registered function; a missing or disabled tool is answered as unavailable."""
         found = self.tools.get(tool_id)
         if found is None or not found.enabled:
             name = context.model_name(str(tool_id), tool_id.name)

@@ -61,23 +61,28 @@ class HostFiles:
 
     @property
     def folder(self) -> Path:
+        """The folder of the host's files under the data folder."""
         return self.data_dir / "extensions"
 
     @property
     def token_path(self) -> Path:
+        """The file holding the host's access token (owner-only)."""
         return self.folder / "token"
 
     @property
     def info_path(self) -> Path:
+        """The file naming the running host's URL and process id."""
         return self.folder / "host.json"
 
     def write(self, url: str, token: str) -> None:
+        """Announce a running host: its token (owner-only) and its URL and pid."""
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         atomic_write(self.token_path, token.encode() + b"\n", mode=0o600)  # owner-only
         info = {"url": url, "pid": os.getpid()}
         atomic_write(self.info_path, json.dumps(info).encode() + b"\n")
 
     def clear(self) -> None:
+        """Remove the host's files when it stops."""
         for path in (self.info_path, self.token_path):
             path.unlink(missing_ok=True)
 
@@ -143,6 +148,7 @@ class RemoteExtensionTools(RegisteredTools[_Entry]):
             return None
 
     async def aclose(self) -> None:
+        """Close the connection to the host and stop reading from it."""
         await self.connection.close()
         self._reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -181,6 +187,8 @@ class RemoteExtensionTools(RegisteredTools[_Entry]):
     async def invoke(
         self, tool_id: ToolId, arguments: dict[str, Any], context: CallContext
     ) -> ExternalReceipt:
+        """Ask the host to call a page's tool and wait for its receipt; a cancellation
+        is passed on to the host, a lost connection comes back as an error receipt."""
         meta = CallMeta.of(tool_id, context)
         self._next += 1
         request_id = self._next
@@ -221,7 +229,10 @@ class RemoteExtensionTools(RegisteredTools[_Entry]):
 
 
 class OriginAware(ExtensionTools, Protocol):
-    def origin(self, tool_id: ToolId) -> str | None: ...
+    """An extension tool source that can say who registered each tool."""
+
+    def origin(self, tool_id: ToolId) -> str | None:
+        """Who registered the tool (a module or a page), if the source knows it."""
 
 
 class CombinedExtensionTools:
@@ -237,6 +248,7 @@ class CombinedExtensionTools:
         return None
 
     def catalog(self, scene: Scene) -> Sequence[ToolDescriptor]:
+        """The tools of every source for ``scene``; the first source to offer a ToolId wins."""
         seen: set[ToolId] = set()
         found: list[ToolDescriptor] = []
         for source in self.sources:
@@ -247,16 +259,20 @@ class CombinedExtensionTools:
         return found
 
     def availability(self, tool_id: ToolId) -> str | None:
+        """Why the tool cannot be called, asked of the
+        source that offers it (``GONE`` when none does)."""
         owner = self._owner(tool_id)
         return GONE if owner is None else owner.availability(tool_id)
 
     def origin(self, tool_id: ToolId) -> str | None:
+        """Who registered the tool, asked of the source that offers it."""
         owner = self._owner(tool_id)
         return None if owner is None else owner.origin(tool_id)
 
     async def invoke(
         self, tool_id: ToolId, arguments: dict[str, Any], context: CallContext
     ) -> ExternalReceipt:
+        """Call the tool through the source that offers it (unavailable when none does)."""
         owner = self._owner(tool_id)
         if owner is None:
             return unavailable(context.model_name(str(tool_id), tool_id.name))
