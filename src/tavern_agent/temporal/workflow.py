@@ -109,6 +109,8 @@ class RunWorkflow:
 
     @workflow.run
     async def run(self, params: RunInput) -> StepOutcome:
+        """Drive the run to its end by activities (one step, or one model request or call,
+        each); on cancellation stop the children and journal the run as cancelled."""
         children = Children(params)
         try:
             # Input first: a workflow asked for steps records no patch marker.
@@ -224,6 +226,7 @@ class Children:
         return any(not handle.done() for handle in self.handles.values())
 
     def cancel(self) -> None:
+        """Cancel every delegated child workflow still running."""
         for handle in self.handles.values():
             if not handle.done():
                 handle.cancel()
@@ -235,6 +238,8 @@ class TaskWorkflow:
 
     @workflow.run
     async def run(self, params: TaskInput) -> str:
+        """Step one delegated task until it ends; returns its
+        status (``cancelled`` when it was stopped with its run)."""
         try:
             while True:
                 status = await _activity(TASK_STEP_ACTIVITY, params, params, str)
