@@ -30,7 +30,19 @@ from tavern_agent.core.profile import Profile
 from tavern_agent.core.results import AgentToolResult
 from tavern_agent.mcp import McpManager
 from tavern_agent.providers.transcript import RecordedCall
-from tavern_agent.runtime.policy import after_finish_result, finish_refusal, second_handoff_result
+from tavern_agent.runtime.policy import (
+    after_finish_result,
+    await_refusal,
+    cancelled_result,
+    delegation_budget_refusal,
+    delegator_refusal,
+    finish_refusal,
+    handoff_depth_refusal,
+    handoff_refusal,
+    second_handoff_result,
+    task_return_refusal,
+    unusable_target,
+)
 from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.gate import ToolRequestGate
@@ -608,6 +620,73 @@ def policy_cases(snapshot: ToolSnapshot) -> list[tuple[ErrorCode, AgentToolResul
             refuse(is_child=False, foreground=True, failed_before=[]),
         )
     )
+    out.append((ErrorCode.RUN_CANCELLED, cancelled_result(finish)))
+    return out + agent_policy_cases(snapshot)
+
+
+def agent_policy_cases(snapshot: ToolSnapshot) -> list[tuple[ErrorCode, AgentToolResult | None]]:
+    """Each refusal of the agent tools by the run policy, worded for ``snapshot``."""
+    caller = Profile.from_json({"id": "p", "name": "p"})  # a default profile: not callable
+    out: list[tuple[ErrorCode, AgentToolResult | None]] = []
+
+    def binding(name: str) -> tuple[RecordedCall, Any]:
+        found = snapshot.by_name(builtin_model_name(ToolId.builtin(name)))
+        return RecordedCall(ToolCall("c2", builtin_model_name(ToolId.builtin(name)), "{}")), found
+
+    call, delegate = binding("agent.delegate")
+    if delegate is not None:
+        denied = ErrorCode.AGENT_DELEGATION_POLICY_DENIED
+        out += [
+            (denied, delegator_refusal(call, delegate, caller, is_child=True)),
+            (denied, unusable_target(call, delegate, caller, "p", caller, "delegate", denied, [])),
+            (
+                ErrorCode.AGENT_TARGET_PROFILE_NOT_FOUND,
+                unusable_target(call, delegate, caller, "ghost", None, "delegate", denied, ["p"]),
+            ),
+            (
+                ErrorCode.AGENT_DELEGATION_BUDGET_EXHAUSTED,
+                delegation_budget_refusal(call, delegate, snapshot, caller, started=8, running=0),
+            ),
+            (
+                ErrorCode.AGENT_DELEGATION_BUDGET_EXHAUSTED,
+                delegation_budget_refusal(call, delegate, snapshot, caller, started=3, running=3),
+            ),
+        ]
+    call, waiter = binding("agent.await")
+    if waiter is not None:
+        mine = [("task_1", "p", "running")]
+        out += [
+            (ErrorCode.AGENT_NO_CHILD_TASKS, await_refusal(call, waiter, snapshot, [], None)),
+            (
+                ErrorCode.AGENT_AWAIT_TASK_NOT_FOUND,
+                await_refusal(call, waiter, snapshot, mine, ["task_2"]),
+            ),
+        ]
+    call, back = binding("task.return")
+    if back is not None:
+        out += [
+            (ErrorCode.AGENT_TASK_RETURN_DENIED, task_return_refusal(call, back, None)),
+            (
+                ErrorCode.AGENT_TASK_ALREADY_FINISHED,
+                task_return_refusal(call, back, ("task_1", "completed")),
+            ),
+        ]
+    call, handoff = binding("agent.handoff")
+    if handoff is not None:
+        out += [
+            (
+                ErrorCode.AGENT_HANDOFF_POLICY_DENIED,
+                handoff_refusal(call, handoff, snapshot, caller, is_child=True, running=[]),
+            ),
+            (
+                ErrorCode.AGENT_HANDOFF_PENDING_TASKS,
+                handoff_refusal(call, handoff, snapshot, caller, is_child=False, running=["t"]),
+            ),
+            (
+                ErrorCode.AGENT_HANDOFF_DEPTH_EXHAUSTED,
+                handoff_depth_refusal(call, handoff, caller, 8),
+            ),
+        ]
     return out
 
 
@@ -638,6 +717,7 @@ def test_every_refusal_of_the_run_policy_has_a_case(tmp_path: Path) -> None:
     source = (SRC / "runtime" / "policy.py").read_text(encoding="utf-8")
     produced = {ErrorCode[n] for n in re.findall(r"ErrorCode\.([A-Z_]+)", source)}
     produced.discard(ErrorCode.AGENT_TOOL_BUDGET_EXHAUSTED)  # ends the run; not a tool result
+    produced.discard(ErrorCode.MODEL_TOOL_CALL_REQUIRED)  # ends the run; not a tool result
     assembly = Assembly(tmp_path / "data")
     profile = assembly.everything(Scene.CHAT)
     covered = {

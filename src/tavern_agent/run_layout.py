@@ -35,17 +35,36 @@ import hashlib
 RUN_FILE = "run.json"
 JOURNAL_FILE = "events.jsonl"
 STEP_LOCK_FILE = ".step.lock"
-CHECKPOINT_FILE = "checkpoints/state.json"
-CLI_READS_FILE = "checkpoints/cli-reads.json"
-CHAT_INPUT_FILE = "input/chat.json"
-CARD_FILE = "input/card.json"
-PERSIST_FILE = "input/persist.json"
+# The workspace's own lock (a chat run's folder is its workspace).
+LOCK_FILE = ".lock"
+INPUT_DIR = "input"
+CHECKPOINTS_DIR = "checkpoints"
+CHECKPOINT_FILE = f"{CHECKPOINTS_DIR}/state.json"
+CLI_READS_FILE = f"{CHECKPOINTS_DIR}/cli-reads.json"
+CHAT_INPUT_FILE = f"{INPUT_DIR}/chat.json"
+CARD_FILE = f"{INPUT_DIR}/card.json"
+PERSIST_FILE = f"{INPUT_DIR}/persist.json"
 # The chat a request to the agent endpoint brought (user and assistant messages).
-FRONTEND_CHAT_FILE = "input/frontend-chat.jsonl"
-INVOCATIONS_DIR = "input/invocations"
+FRONTEND_CHAT_FILE = f"{INPUT_DIR}/frontend-chat.jsonl"
+INVOCATIONS_DIR = f"{INPUT_DIR}/invocations"
 RESPONSES_DIR = "model-responses"
 TOOL_ARGS_DIR = "tool-args"
 RESULTS_DIR = "tool-results"
+# Delegated tasks' folders, written by older versions (still hidden from tools).
+TASKS_DIR = "tasks"
+# Every top-level name of a run folder that is internal: never visible to the model.
+INTERNAL_NAMES = frozenset(
+    {
+        INPUT_DIR,
+        TOOL_ARGS_DIR,
+        RESPONSES_DIR,
+        CHECKPOINTS_DIR,
+        JOURNAL_FILE,
+        TASKS_DIR,
+        LOCK_FILE,
+        STEP_LOCK_FILE,
+    }
+)
 
 
 def call_hex(call_id: str) -> str:

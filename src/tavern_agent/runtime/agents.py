@@ -49,7 +49,6 @@ from tavern_agent import run_layout
 from tavern_agent.config import profiles_dir
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
-from tavern_agent.core.ids import ToolId
 from tavern_agent.core.profile import BUILTIN_PROFILE_IDS, Profile, ProfileError
 from tavern_agent.core.results import (
     AgentToolEffect,
@@ -59,8 +58,20 @@ from tavern_agent.core.results import (
     HandoffAccepted,
     TaskReturned,
 )
+from tavern_agent.core.tool_ids import AWAIT, DELEGATE, HANDOFF, TASK_RETURN
 from tavern_agent.providers.transcript import RecordedCall, UserMessage
 from tavern_agent.runtime.invocation import Invocation
+from tavern_agent.runtime.policy import (
+    await_refusal,
+    candidates,
+    delegation_budget_refusal,
+    delegator_refusal,
+    handoff_depth_refusal,
+    handoff_refusal,
+    target_refusal,
+    task_return_refusal,
+    unusable_target,
+)
 from tavern_agent.runtime.prompt import system_prompt
 from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 
@@ -68,10 +79,6 @@ if TYPE_CHECKING:
     from tavern_agent.runtime.journal import Journal
     from tavern_agent.runtime.run import Run
 
-DELEGATE = ToolId.builtin("agent.delegate")
-AWAIT = ToolId.builtin("agent.await")
-HANDOFF = ToolId.builtin("agent.handoff")
-TASK_RETURN = ToolId.builtin("task.return")
 RESULT_KIND = "tauritavern.agentTaskResult"
 CHARS_PER_TOKEN = 4
 _AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -115,27 +122,6 @@ class ProfileSource:
         return [p for p in found if p is not None]
 
 
-def refusal(caller: Profile, target: Profile, operation: str) -> str | None:
-    """Why ``target`` cannot be used by ``caller`` for ``operation`` (delegate/handoff)."""
-    d = target.delegation
-    if not d.callable:
-        return "it is not callable by other agents"
-    if not d.allows_caller(caller.id):
-        return f"it does not accept calls from {caller.id}"
-    if operation == "delegate" and not d.allow_as_subagent:
-        return "it does not take delegated tasks"
-    if operation == "handoff":
-        if not d.allow_as_handoff_target:
-            return "it does not take handoffs"
-        if target.id == caller.id:
-            return "it is the current agent"
-    return None
-
-
-def candidates(source: ProfileSource, caller: Profile, operation: str) -> list[str]:
-    return [p.id for p in source.all() if refusal(caller, p, operation) is None]
-
-
 def purpose(profile: Profile) -> str:
     text = profile.delegation.description_for_agents or profile.description or profile.name
     return " ".join(text.split())
@@ -151,7 +137,7 @@ def directory(source: ProfileSource, caller: Profile, snapshot: ToolSnapshot) ->
         ops.append(("handoff", handoff))
     lines = []
     for target in source.all():
-        allowed = [op for op, _ in ops if refusal(caller, target, op) is None]
+        allowed = [op for op, _ in ops if target_refusal(caller, target, op) is None]
         if allowed:
             lines.append(f"- {target.id}: {purpose(target)} ({', '.join(allowed)})")
     if not lines:
@@ -291,12 +277,6 @@ def _result(rc: RecordedCall, binding: ToolBinding, text: str, structured: Any) 
     return AgentToolResult(rc.call_id, binding.tool_id, text, structured)
 
 
-def _error(
-    rc: RecordedCall, binding: ToolBinding, code: ErrorCode, text: str, **details: Any
-) -> AgentToolResult:
-    return AgentToolResult.failure(rc.call_id, binding.tool_id, code, text, **details)
-
-
 class AwaitingTasks(Exception):
     """An ``agent.await`` call that would block, on a durable engine: the step ends here.
 
@@ -375,7 +355,7 @@ class AgentTasks:
 
     # ------------------------------------------------------------ delegate
 
-    def _not_usable(
+    def _target(
         self,
         rc: RecordedCall,
         binding: ToolBinding,
@@ -386,22 +366,12 @@ class AgentTasks:
     ) -> AgentToolResult | Profile:
         """The target profile, or the refusal naming the reason and the valid candidates."""
         target = self.source.get(agent_id)
-        why = None if target is None else refusal(caller, target, operation)
-        if target is not None and why is None:
+        if target is not None and target_refusal(caller, target, operation) is None:
             return target
-        valid = candidates(self.source, caller, operation)
-        listing = (
-            f"Agents you can {operation} to: {', '.join(valid)}."
-            if valid
-            else (f"No agent accepts a {operation} from {caller.id}.")
-        )
-        if target is None:
-            text = f"No agent {agent_id!r}. {listing}"
-            return _error(
-                rc, binding, ErrorCode.AGENT_TARGET_PROFILE_NOT_FOUND, text, candidates=valid
-            )
-        text = f"Agent {agent_id} cannot be used: {why}. {listing}"
-        return _error(rc, binding, code, text, candidates=valid)
+        valid = candidates(self.source.all(), caller, operation)
+        refused = unusable_target(rc, binding, caller, agent_id, target, operation, code, valid)
+        assert refused is not None  # the target is missing or refused
+        return refused
 
     def delegate(
         self, inv: Invocation, rc: RecordedCall, binding: ToolBinding, effect: DelegateRequested
@@ -409,30 +379,24 @@ class AgentTasks:
         engine, run = self.engine, self.engine.run
         caller = self.caller(inv)
         denied = ErrorCode.AGENT_DELEGATION_POLICY_DENIED
-        if inv.is_child or not caller.delegation.can_delegate:
-            text = f"Agent {caller.id} may not delegate. Do the work yourself."
-            return _error(rc, binding, denied, text)
-        target = self._not_usable(rc, binding, caller, effect.agent_id, "delegate", denied)
+        refused = delegator_refusal(rc, binding, caller, is_child=inv.is_child)
+        if refused is not None:
+            return refused
+        target = self._target(rc, binding, caller, effect.agent_id, "delegate", denied)
         if isinstance(target, AgentToolResult):
             return target
-        limits = caller.delegation
         mine = [t for t in self.tasks.values() if t.parent.id == inv.id]
-        live = [t for t in mine if t.live]
+        refused = delegation_budget_refusal(
+            rc,
+            binding,
+            inv.snapshot,
+            caller,
+            started=len(mine),
+            running=sum(1 for t in mine if t.live),
+        )
+        if refused is not None:
+            return refused
         waiter = inv.snapshot.name_of(AWAIT)
-        wait_one = f"Wait for one with {waiter}" if waiter else "Wait until one ends"
-        budget = ErrorCode.AGENT_DELEGATION_BUDGET_EXHAUSTED
-        if len(mine) >= limits.max_invocations_per_run:
-            text = (
-                f"Not started: all {limits.max_invocations_per_run} tasks of this run are used. "
-                "Finish with the results you have."
-            )
-            return _error(rc, binding, budget, text, limit=limits.max_invocations_per_run)
-        if len(live) >= limits.max_concurrent_invocations:
-            text = (
-                f"Not started: {len(live)} tasks already run (limit "
-                f"{limits.max_concurrent_invocations}). {wait_one}, then retry."
-            )
-            return _error(rc, binding, budget, text, limit=limits.max_concurrent_invocations)
         repeats = sum(1 for t in self.tasks.values() if t.agent_id == target.id)
         key = target.id if repeats == 0 else f"{target.id}-{repeats + 1:03d}"
         task_id = f"task_{uuid.uuid4().hex}"
@@ -507,26 +471,14 @@ class AgentTasks:
         """The await call's result; ``block=False`` answers now (the host waited already),
         or raises :class:`AwaitingTasks` the first time the call would wait."""
         mine = self.owned(inv)
-        delegate = inv.snapshot.name_of(DELEGATE)
-        if not mine:
-            text = "You have no delegated tasks." + (
-                f" Start one with {delegate}." if delegate else ""
-            )
-            return _error(rc, binding, ErrorCode.AGENT_NO_CHILD_TASKS, text)
+        listed = [(t.id, t.agent_id, t.status) for t in mine]
+        refused = await_refusal(rc, binding, inv.snapshot, listed, effect.task_ids)
+        if refused is not None:
+            return refused
         if effect.task_ids is None:
             chosen = mine
         else:
             known = {t.id: t for t in mine}
-            unknown = [i for i in effect.task_ids if i not in known]
-            if unknown:
-                text = (
-                    f"Not your task(s): {', '.join(unknown)}. Your tasks: "
-                    + ", ".join(f"{t.id} ({t.agent_id}, {t.status})" for t in mine)
-                    + "."
-                )
-                return _error(
-                    rc, binding, ErrorCode.AGENT_AWAIT_TASK_NOT_FOUND, text, unknown=unknown
-                )
             chosen = [known[i] for i in dict.fromkeys(effect.task_ids)]
         mode = effect.mode
         running = [t for t in chosen if t.live]
@@ -621,12 +573,10 @@ class AgentTasks:
         self, inv: Invocation, rc: RecordedCall, binding: ToolBinding, effect: TaskReturned
     ) -> AgentToolResult:
         task = self.by_inv.get(inv.id)
-        if task is None:
-            text = "Only a delegated child agent can return a task; finish your work another way."
-            return _error(rc, binding, ErrorCode.AGENT_TASK_RETURN_DENIED, text)
-        if not task.live:
-            text = f"{task.id} has returned already ({task.status}); nothing more to do."
-            return _error(rc, binding, ErrorCode.AGENT_TASK_ALREADY_FINISHED, text)
+        refused = task_return_refusal(rc, binding, None if task is None else (task.id, task.status))
+        if refused is not None:
+            return refused
+        assert task is not None  # refused otherwise
         payload = dict(effect.payload)
         self.finish(task, str(payload.get("status", "completed")), payload, "returned")
         assert task.result is not None
@@ -792,31 +742,19 @@ class AgentTasks:
         engine, run = self.engine, self.engine.run
         caller = self.caller(inv)
         denied = ErrorCode.AGENT_HANDOFF_POLICY_DENIED
-        if inv.is_child or not caller.delegation.can_handoff:
-            text = f"Agent {caller.id} may not hand off. Finish the work yourself."
-            return _error(rc, binding, denied, text), None
-        live = self.live(inv)
-        if live:
-            waiter = inv.snapshot.name_of(AWAIT)
-            ids = ", ".join(t.id for t in live)
-            text = f"Not handed off: {len(live)} task(s) still run ({ids}). " + (
-                f"Wait for them with {waiter}, then hand off."
-                if waiter
-                else "Hand off once they end."
-            )
-            return _error(rc, binding, ErrorCode.AGENT_HANDOFF_PENDING_TASKS, text), None
-        target = self._not_usable(rc, binding, caller, effect.agent_id, "handoff", denied)
+        running = [t.id for t in self.live(inv)]
+        refused = handoff_refusal(
+            rc, binding, inv.snapshot, caller, is_child=inv.is_child, running=running
+        )
+        if refused is not None:
+            return refused, None
+        target = self._target(rc, binding, caller, effect.agent_id, "handoff", denied)
         if isinstance(target, AgentToolResult):
             return target, None
         depth = sum(1 for i in run.invocations if i.kind == "handoff")
-        if depth >= caller.delegation.max_handoff_depth:
-            text = (
-                f"Not handed off: this run was handed off {depth} time(s), the limit. "
-                "Finish the work yourself."
-            )
-            return _error(
-                rc, binding, ErrorCode.AGENT_HANDOFF_DEPTH_EXHAUSTED, text, depth=depth
-            ), None
+        refused = handoff_depth_refusal(rc, binding, caller, depth)
+        if refused is not None:
+            return refused, None
         inv_id = f"inv_{secrets.token_hex(6)}"
         snapshot = run.assembly.snapshot(target, run.scene, run.protocol, inv_id)
         snapshot.save(run.run_dir / run_layout.snapshot_file(inv_id))

@@ -2,7 +2,8 @@
 
 ``checkpoints/state.json`` (rewritten atomically, and only when it changed)
 holds each invocation's read states: what the model has read of which file,
-which the write and patch rules check. Everything else is rebuilt from the
+which the write and patch rules check (in the form of
+:func:`~tavern_agent.workspace.read_state.reads_to_json`). Everything else is rebuilt from the
 journal: the transcript (every assistant message and every result), the
 counters (each stored result carries its gate's counters) and the commits.
 """
@@ -16,28 +17,8 @@ from typing import Any
 
 from tavern_agent import run_layout
 from tavern_agent.fsutil import atomic_write
-from tavern_agent.workspace.read_state import ReadState
 
 SCHEMA_VERSION = 1
-
-
-def reads_json(reads: Mapping[str, ReadState]) -> dict[str, Any]:
-    return {
-        key: {
-            "sha256": s.sha256,
-            "full": s.full,
-            "text": s.text,
-            "needsFullRead": s.needs_full_read,
-        }
-        for key, s in reads.items()
-    }
-
-
-def reads_from_json(data: Mapping[str, Any]) -> dict[str, ReadState]:
-    return {
-        key: ReadState(str(v["sha256"]), bool(v["full"]), str(v["text"]), bool(v["needsFullRead"]))
-        for key, v in data.items()
-    }
 
 
 def save_checkpoint(run_dir: Path, state: Mapping[str, Any], *, durable: bool = True) -> None:

@@ -44,6 +44,7 @@ from tavern_agent.core.results import (
     HandoffAccepted,
     TaskReturned,
 )
+from tavern_agent.core.tool_ids import HANDOFF
 from tavern_agent.fsutil import AlreadyWritten, write_once
 from tavern_agent.providers.gateway import (
     ModelError,
@@ -63,18 +64,12 @@ from tavern_agent.providers.transcript import (
     truncated_result,
 )
 from tavern_agent.runtime.agents import (
-    HANDOFF,
     AgentTask,
     AgentTasks,
     AwaitingTasks,
     ProfileSource,
 )
-from tavern_agent.runtime.checkpoint import (
-    load_checkpoint,
-    reads_from_json,
-    reads_json,
-    save_checkpoint,
-)
+from tavern_agent.runtime.checkpoint import load_checkpoint, save_checkpoint
 from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.journal import Event, Journal, Listener, read_events
 from tavern_agent.runtime.persist import PersistStore
@@ -82,11 +77,16 @@ from tavern_agent.runtime.policy import (
     AUTO_PUBLISH_REASON,
     after_finish_result,
     budget_stop,
+    cancelled_result,
     candidate_after,
     confirmed_commit_result,
     finish_refusal,
+    rounds_stop,
     second_handoff_result,
     should_auto_publish,
+    silent_task_failure,
+    task_return_reminder,
+    task_rounds_failure,
 )
 from tavern_agent.runtime.prompt import text_turn_reminder
 from tavern_agent.runtime.run import Run
@@ -100,6 +100,7 @@ from tavern_agent.runtime.turns import (
     Stopped,
 )
 from tavern_agent.tools.snapshot import ToolBinding
+from tavern_agent.workspace.read_state import reads_from_json, reads_to_json
 from tavern_agent.workspace.roots import MESSAGE_BODY
 from tavern_agent.workspace.store import WorkspaceEscape
 
@@ -116,7 +117,6 @@ AGENT_EVENTS = frozenset(
     {"task_started", "task_finished", "task_results_injected", "task_await_waiting"}
 )
 CALLER_EVENTS = frozenset({"task_results_injected", "task_await_waiting"})
-CANCELLED_TEXT = "Not run: the run was cancelled before this call started."
 # Raw arguments up to this size are journaled inline; larger ones get a file.
 INLINE_ARGUMENTS_CHARS = 4_096
 # An effect handler: (invocation, call, binding, result, effect, failed calls of the
@@ -525,13 +525,9 @@ class Engine:
             if self.run.scene is Scene.SESSION:
                 return Finished(last.text)
             self._remind(inv, last)
-        max_rounds = (inv.profile or self.run.profile).limits.max_rounds
-        if inv.round >= max_rounds:
-            text = (
-                f"The {max_rounds} rounds of this run are used up and no finishing "
-                "tool call was accepted."
-            )
-            return Stopped(ErrorCode.MODEL_TOOL_CALL_REQUIRED, text)
+        stop = rounds_stop(inv.round, (inv.profile or self.run.profile).limits.max_rounds)
+        if stop is not None:
+            return stop
         self.agents.inject(inv)
         await self._request(inv)
         return NextRound()
@@ -551,7 +547,6 @@ class Engine:
         """One step of a delegated task: its open turn's calls (``one_call``: the next
         one), or one model request."""
         inv = task.inv
-        limit = task.profile.limits.max_rounds
         try:
             turn = inv.last_turn()
             pending = inv.pending_calls()
@@ -561,14 +556,13 @@ class Engine:
             last = inv.transcript.items[-1]
             if isinstance(last, AssistantMessage) and not last.calls:
                 if task.reminded:
-                    text = last.text.strip() or "(no text)"
-                    summary = f"The agent stopped without returning. Its last text: {text}"
-                    self.agents.fail(task, "no_return", summary)
+                    failure = silent_task_failure(last.text)
+                    self.agents.fail(task, failure.reason, failure.summary)
                     return
                 self._remind_child(inv)
-            if inv.round >= limit:
-                text = f"The agent used its {limit} rounds without returning a result."
-                self.agents.fail(task, "rounds_used", text)
+            rounds_used = task_rounds_failure(inv.round, task.profile.limits.max_rounds)
+            if rounds_used is not None:
+                self.agents.fail(task, rounds_used.reason, rounds_used.summary)
                 return
             await self._request(inv)
         except ModelError as exc:
@@ -577,11 +571,7 @@ class Engine:
             self.agents.fail(task, "storage_error", f"{type(exc).__name__}: {exc}")
 
     def _remind_child(self, inv: Invocation) -> None:
-        name = inv.snapshot.name_of("builtin:task.return") or "task_return"
-        text = (
-            f"Your turn had no tool call, so nothing was returned. Call {name} alone with "
-            "your summary and status; it is the only way to return your result."
-        )
+        text = task_return_reminder(inv.snapshot)
         self.journal.append(
             "reminder_added",
             {"invocationId": inv.id, "round": inv.round, "savedTo": None, "text": text},
@@ -1010,14 +1000,7 @@ class Engine:
             if rc.call_id in inv.requested or not cancelled:
                 result = outcome_unknown_result(rc)
             else:
-                result = AgentToolResult(
-                    rc.call_id,
-                    None,
-                    CANCELLED_TEXT,
-                    {"error": {"code": ErrorCode.RUN_CANCELLED.value}},
-                    True,
-                    ErrorCode.RUN_CANCELLED,
-                )
+                result = cancelled_result(rc)
             self._store(inv, rc, result, self.rounds, 0.0)
 
     # ------------------------------------------------------------ endings
@@ -1084,7 +1067,7 @@ class Engine:
         """Save the read states when they changed (the rest of the state is in the journal)."""
         state = {
             "invocations": {
-                inv.id: {"reads": reads_json(inv.gate.reads)} for inv in self.run.invocations
+                inv.id: {"reads": reads_to_json(inv.gate.reads)} for inv in self.run.invocations
             }
         }
         if state == self._saved_state:

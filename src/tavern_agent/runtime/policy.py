@@ -19,6 +19,13 @@ one module so they can be read, and changed, together:
   edited). Before the first explicit commit, a foreground chat run publishes
   the candidate at the end of a turn, at most once per round, so a run that
   is stopped early still leaves its draft in the chat.
+* **Rounds are limited.** A run whose rounds are used up without an
+  accepted finish stops (``model.tool_call_required``); a delegated task that
+  uses up its rounds, or ends a second turn without a call, fails.
+* **Who may use whom.** A profile's delegation settings decide who delegates
+  or hands off to whom, how many tasks a caller may start and run at once,
+  and how deep handoffs go; ``agent.await`` and ``task.return`` are refused
+  for tasks that are not the caller's, or already returned.
 * **No stranded runs.** When a foreground run's call budget is spent before
   any explicit commit, nothing the model can do will finish the run (commits
   are refused for the budget, and finishing needs a commit): the run stops at
@@ -26,26 +33,33 @@ one module so they can be read, and changed, together:
   the auto-published draft, if any, making it a partial success.
 
 Every refusal is written with :meth:`AgentToolResult.failure` and names one
-next step with a tool of the caller's own snapshot.
+next step with a tool of the caller's own snapshot. The modules that apply
+these rules (the loop, the delegation) only ask; the codes and texts are here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from tavern_agent.core.errors import ErrorCode
-from tavern_agent.core.ids import ToolId
+from tavern_agent.core.profile import Profile
 from tavern_agent.core.results import AgentToolResult, FilePatched, FileWritten
+from tavern_agent.core.tool_ids import (
+    AWAIT,
+    COMMIT,
+    DELEGATE,
+    FINISH,
+    SHELL,
+    TASK_RETURN,
+    WRITE_FILE,
+)
 from tavern_agent.providers.transcript import RecordedCall
 from tavern_agent.runtime.turns import Stopped
 from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 from tavern_agent.workspace.roots import MESSAGE_BODY
 
-COMMIT = ToolId.builtin("workspace.commit")
-FINISH = ToolId.builtin("workspace.finish")
-SHELL = ToolId.builtin("workspace.shell")
-WRITE = ToolId.builtin("workspace.write_file")
-TASK_RETURN = ToolId.builtin("task.return")
+CANCELLED_TEXT = "Not run: the run was cancelled before this call started."
 AUTO_PUBLISH_REASON = "auto-publish: the message body before the first explicit commit"
 
 
@@ -107,13 +121,18 @@ def finish_refusal(
 
 def _commit_required(call: RecordedCall, snapshot: ToolSnapshot) -> AgentToolResult:
     commit = snapshot.name_of(COMMIT)
-    write = snapshot.name_of(WRITE)
+    write = snapshot.name_of(WRITE_FILE)
     steps = f"write the reply to {MESSAGE_BODY} with {write}, " if write else ""
     how = f"{steps}publish it with {commit}" if commit else "publish the reply"
     text = f"Not finished: nothing is in the chat yet. First {how}, then finish."
     return AgentToolResult.failure(
         call.call_id, FINISH, ErrorCode.AGENT_FOREGROUND_COMMIT_REQUIRED, text
     )
+
+
+def cancelled_result(call: RecordedCall) -> AgentToolResult:
+    """A call of a cancelled run that had not started: it was not run."""
+    return AgentToolResult.failure(call.call_id, None, ErrorCode.RUN_CANCELLED, CANCELLED_TEXT)
 
 
 def confirmed_commit_result(call: RecordedCall, path: str) -> AgentToolResult:
@@ -157,3 +176,250 @@ def budget_stop(
         "cannot commit or finish any more."
     )
     return Stopped(ErrorCode.AGENT_TOOL_BUDGET_EXHAUSTED, text)
+
+
+# ---------------------------------------------------------------- rounds
+
+
+def rounds_stop(round: int, max_rounds: int) -> Stopped | None:
+    """Stop the run's main line once its rounds are used up without an accepted finish."""
+    if round < max_rounds:
+        return None
+    text = (
+        f"The {max_rounds} rounds of this run are used up and no finishing tool call was accepted."
+    )
+    return Stopped(ErrorCode.MODEL_TOOL_CALL_REQUIRED, text)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFailure:
+    """Why a delegated task ends as failed: the reason code and its caller's summary."""
+
+    reason: str
+    summary: str
+
+
+def silent_task_failure(last_text: str) -> TaskFailure:
+    """A task that ended a turn without a call after it was told how to return."""
+    text = last_text.strip() or "(no text)"
+    return TaskFailure("no_return", f"The agent stopped without returning. Its last text: {text}")
+
+
+def task_rounds_failure(round: int, max_rounds: int) -> TaskFailure | None:
+    """A task that used up its rounds without returning a result."""
+    if round < max_rounds:
+        return None
+    return TaskFailure(
+        "rounds_used", f"The agent used its {max_rounds} rounds without returning a result."
+    )
+
+
+def task_return_reminder(snapshot: ToolSnapshot) -> str:
+    """What a task is told after a turn without a call (once; the next one fails it)."""
+    name = snapshot.name_of(TASK_RETURN) or "task_return"
+    return (
+        f"Your turn had no tool call, so nothing was returned. Call {name} alone with "
+        "your summary and status; it is the only way to return your result."
+    )
+
+
+# ---------------------------------------------------------------- agents
+
+
+def target_refusal(caller: Profile, target: Profile, operation: str) -> str | None:
+    """Why ``target`` cannot be used by ``caller`` for ``operation`` (delegate/handoff)."""
+    d = target.delegation
+    if not d.callable:
+        return "it is not callable by other agents"
+    if not d.allows_caller(caller.id):
+        return f"it does not accept calls from {caller.id}"
+    if operation == "delegate" and not d.allow_as_subagent:
+        return "it does not take delegated tasks"
+    if operation == "handoff":
+        if not d.allow_as_handoff_target:
+            return "it does not take handoffs"
+        if target.id == caller.id:
+            return "it is the current agent"
+    return None
+
+
+def candidates(profiles: Iterable[Profile], caller: Profile, operation: str) -> list[str]:
+    """The ids of the ``profiles`` that ``caller`` may use for ``operation``."""
+    return [p.id for p in profiles if target_refusal(caller, p, operation) is None]
+
+
+def unusable_target(
+    call: RecordedCall,
+    binding: ToolBinding,
+    caller: Profile,
+    agent_id: str,
+    target: Profile | None,
+    operation: str,
+    code: ErrorCode,
+    valid: Sequence[str],
+) -> AgentToolResult | None:
+    """The refusal of a target that is missing or not usable (``None``: it is usable).
+
+    ``valid`` are the candidates the refusal offers instead.
+    """
+    why = None if target is None else target_refusal(caller, target, operation)
+    if target is not None and why is None:
+        return None
+    listing = (
+        f"Agents you can {operation} to: {', '.join(valid)}."
+        if valid
+        else (f"No agent accepts a {operation} from {caller.id}.")
+    )
+    if target is None:
+        text = f"No agent {agent_id!r}. {listing}"
+        return AgentToolResult.failure(
+            call.call_id,
+            binding.tool_id,
+            ErrorCode.AGENT_TARGET_PROFILE_NOT_FOUND,
+            text,
+            candidates=list(valid),
+        )
+    text = f"Agent {agent_id} cannot be used: {why}. {listing}"
+    return AgentToolResult.failure(
+        call.call_id, binding.tool_id, code, text, candidates=list(valid)
+    )
+
+
+def delegator_refusal(
+    call: RecordedCall, binding: ToolBinding, caller: Profile, *, is_child: bool
+) -> AgentToolResult | None:
+    """A caller that may not delegate at all (a delegated child never may)."""
+    if not is_child and caller.delegation.can_delegate:
+        return None
+    text = f"Agent {caller.id} may not delegate. Do the work yourself."
+    return AgentToolResult.failure(
+        call.call_id, binding.tool_id, ErrorCode.AGENT_DELEGATION_POLICY_DENIED, text
+    )
+
+
+def delegation_budget_refusal(
+    call: RecordedCall,
+    binding: ToolBinding,
+    snapshot: ToolSnapshot,
+    caller: Profile,
+    *,
+    started: int,
+    running: int,
+) -> AgentToolResult | None:
+    """A delegation over the caller's limits: tasks per run, tasks at once."""
+    limits = caller.delegation
+    waiter = snapshot.name_of(AWAIT)
+    wait_one = f"Wait for one with {waiter}" if waiter else "Wait until one ends"
+    budget = ErrorCode.AGENT_DELEGATION_BUDGET_EXHAUSTED
+    if started >= limits.max_invocations_per_run:
+        text = (
+            f"Not started: all {limits.max_invocations_per_run} tasks of this run are used. "
+            "Finish with the results you have."
+        )
+        return AgentToolResult.failure(
+            call.call_id, binding.tool_id, budget, text, limit=limits.max_invocations_per_run
+        )
+    if running >= limits.max_concurrent_invocations:
+        text = (
+            f"Not started: {running} tasks already run (limit "
+            f"{limits.max_concurrent_invocations}). {wait_one}, then retry."
+        )
+        return AgentToolResult.failure(
+            call.call_id, binding.tool_id, budget, text, limit=limits.max_concurrent_invocations
+        )
+    return None
+
+
+def await_refusal(
+    call: RecordedCall,
+    binding: ToolBinding,
+    snapshot: ToolSnapshot,
+    mine: Sequence[tuple[str, str, str]],
+    asked: Sequence[str] | None,
+) -> AgentToolResult | None:
+    """An await for no task, or for tasks that are not the caller's.
+
+    ``mine`` lists the caller's tasks as (task id, agent id, status); ``asked``
+    the task ids the call names (``None``: all of the caller's).
+    """
+    if not mine:
+        delegate = snapshot.name_of(DELEGATE)
+        text = "You have no delegated tasks." + (f" Start one with {delegate}." if delegate else "")
+        return AgentToolResult.failure(
+            call.call_id, binding.tool_id, ErrorCode.AGENT_NO_CHILD_TASKS, text
+        )
+    known = {task_id for task_id, _, _ in mine}
+    unknown = [i for i in asked or () if i not in known]
+    if not unknown:
+        return None
+    text = (
+        f"Not your task(s): {', '.join(unknown)}. Your tasks: "
+        + ", ".join(f"{task_id} ({agent_id}, {status})" for task_id, agent_id, status in mine)
+        + "."
+    )
+    return AgentToolResult.failure(
+        call.call_id, binding.tool_id, ErrorCode.AGENT_AWAIT_TASK_NOT_FOUND, text, unknown=unknown
+    )
+
+
+def task_return_refusal(
+    call: RecordedCall, binding: ToolBinding, task: tuple[str, str] | None
+) -> AgentToolResult | None:
+    """A ``task.return`` by a caller that is no live task; ``task`` is (task id, status)."""
+    if task is None:
+        text = "Only a delegated child agent can return a task; finish your work another way."
+        return AgentToolResult.failure(
+            call.call_id, binding.tool_id, ErrorCode.AGENT_TASK_RETURN_DENIED, text
+        )
+    task_id, status = task
+    if status == "running":
+        return None
+    text = f"{task_id} has returned already ({status}); nothing more to do."
+    return AgentToolResult.failure(
+        call.call_id, binding.tool_id, ErrorCode.AGENT_TASK_ALREADY_FINISHED, text
+    )
+
+
+def handoff_refusal(
+    call: RecordedCall,
+    binding: ToolBinding,
+    snapshot: ToolSnapshot,
+    caller: Profile,
+    *,
+    is_child: bool,
+    running: Sequence[str],
+) -> AgentToolResult | None:
+    """A caller that may not hand off, or not yet (``running``: its live tasks' ids)."""
+    if is_child or not caller.delegation.can_handoff:
+        text = f"Agent {caller.id} may not hand off. Finish the work yourself."
+        return AgentToolResult.failure(
+            call.call_id, binding.tool_id, ErrorCode.AGENT_HANDOFF_POLICY_DENIED, text
+        )
+    if not running:
+        return None
+    waiter = snapshot.name_of(AWAIT)
+    text = f"Not handed off: {len(running)} task(s) still run ({', '.join(running)}). " + (
+        f"Wait for them with {waiter}, then hand off." if waiter else "Hand off once they end."
+    )
+    return AgentToolResult.failure(
+        call.call_id, binding.tool_id, ErrorCode.AGENT_HANDOFF_PENDING_TASKS, text
+    )
+
+
+def handoff_depth_refusal(
+    call: RecordedCall, binding: ToolBinding, caller: Profile, depth: int
+) -> AgentToolResult | None:
+    """A handoff past the caller's handoff depth (``depth``: handoffs in the run so far)."""
+    if depth < caller.delegation.max_handoff_depth:
+        return None
+    text = (
+        f"Not handed off: this run was handed off {depth} time(s), the limit. "
+        "Finish the work yourself."
+    )
+    return AgentToolResult.failure(
+        call.call_id,
+        binding.tool_id,
+        ErrorCode.AGENT_HANDOFF_DEPTH_EXHAUSTED,
+        text,
+        depth=depth,
+    )

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from tavern_agent.core.descriptors import Scene
+from tavern_agent.core.ids import ToolId
 
 if TYPE_CHECKING:
     from tavern_agent.chat.run_input import ChatRun
@@ -47,7 +48,7 @@ class CallContext:
     reads: dict[str, ReadState] = field(default_factory=dict)
     chat: ChatRun | None = None
 
-    def model_name(self, tool_id: str, fallback: str) -> str:
+    def model_name(self, tool_id: ToolId | str, fallback: str) -> str:
         """This snapshot's name for a tool, for hints in results and errors."""
         return self.snapshot.name_of(tool_id) or fallback
 

@@ -17,9 +17,10 @@ from typing import Any
 
 from tavern_agent import run_layout
 from tavern_agent.core.results import ToolOutcome
+from tavern_agent.core.tool_ids import READ_FILE, SEARCH_FILES, SHELL
 from tavern_agent.fsutil import AlreadyWritten, write_once
 from tavern_agent.tools.context import CallContext, ResultFiles
-from tavern_agent.tools.texts import READ_FILE, SEARCH_FILES, SHELL, call
+from tavern_agent.tools.texts import call
 
 PREVIEW_CHARS = 3_000
 WRAP_CHARS = 3_000

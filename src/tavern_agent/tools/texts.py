@@ -13,18 +13,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from tavern_agent.core.ids import ToolId
+from tavern_agent.core.tool_ids import LIST_FILES, SEARCH_FILES, SHELL, TASK_RETURN
 from tavern_agent.workspace.paths import without_host_paths
 
 if TYPE_CHECKING:
     from tavern_agent.tools.snapshot import ToolSnapshot
-
-LIST_FILES = ToolId.builtin("workspace.list_files")
-READ_FILE = ToolId.builtin("workspace.read_file")
-WRITE_FILE = ToolId.builtin("workspace.write_file")
-SEARCH_FILES = ToolId.builtin("workspace.search_files")
-SHELL = ToolId.builtin("workspace.shell")
-TASK_RETURN = ToolId.builtin("task.return")
 
 EXCEPTION_CHARS = 300
 OUTSIDE_FAILURE_STEP = "Try other arguments, or go on without it."

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.profile import Profile
+from tavern_agent.core.tool_ids import CHAT_TOOLS
 from tavern_agent.workspace.floors import FloorFiles
-from tavern_agent.workspace.roots import CHAT_TOOLS, RootPolicy
+from tavern_agent.workspace.roots import RootPolicy
 from tavern_agent.workspace.store import Workspace
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -128,7 +129,7 @@ class DataRoot:
 
 def allows_chat_tool(profile: Profile) -> bool:
     """The chat mount appears when the profile allows a chat tool."""
-    return any(str(t) in CHAT_TOOLS for t in profile.tools.enabled())
+    return any(t in CHAT_TOOLS for t in profile.tools.enabled())
 
 
 def front_matter(text: str) -> dict[str, str]:

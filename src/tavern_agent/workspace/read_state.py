@@ -6,9 +6,11 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tavern_agent.fsutil import atomic_write
 
@@ -91,21 +93,9 @@ def _sha256_of_fd(fd: int, before: os.stat_result) -> str:
         os.close(fd)
 
 
-def load_reads(path: Path) -> dict[str, ReadState]:
-    """Read states saved by :func:`save_reads`; a missing file means none."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
+def reads_to_json(reads: Mapping[str, ReadState]) -> dict[str, Any]:
+    """Read states as JSON (the one form on disk: the checkpoint and the CLI's reads)."""
     return {
-        key: ReadState(str(v["sha256"]), v["full"], v["text"], v.get("needsFullRead", False))
-        for key, v in data.items()
-    }
-
-
-def save_reads(path: Path, reads: dict[str, ReadState]) -> None:
-    """Save read states atomically, for :func:`load_reads` in a later process."""
-    data = {
         key: {
             "sha256": s.sha256,
             "full": s.full,
@@ -114,4 +104,27 @@ def save_reads(path: Path, reads: dict[str, ReadState]) -> None:
         }
         for key, s in reads.items()
     }
-    atomic_write(path, json.dumps(data, ensure_ascii=False).encode("utf-8"))
+
+
+def reads_from_json(data: Mapping[str, Any]) -> dict[str, ReadState]:
+    """Read states from :func:`reads_to_json`'s form (``needsFullRead`` may be absent)."""
+    return {
+        key: ReadState(
+            str(v["sha256"]), bool(v["full"]), str(v["text"]), bool(v.get("needsFullRead", False))
+        )
+        for key, v in data.items()
+    }
+
+
+def load_reads(path: Path) -> dict[str, ReadState]:
+    """Read states saved by :func:`save_reads`; a missing file means none."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    return reads_from_json(data)
+
+
+def save_reads(path: Path, reads: Mapping[str, ReadState]) -> None:
+    """Save read states atomically, for :func:`load_reads` in a later process."""
+    atomic_write(path, json.dumps(reads_to_json(reads), ensure_ascii=False).encode("utf-8"))

@@ -4,28 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tavern_agent import run_layout
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.profile import WorkspaceSettings
 
 CHAT_WRITABLE = ("output", "scratch", "plan", "summaries", "persist")
-CHAT_READ_ONLY = ("tool-results", "skills")
+CHAT_READ_ONLY = (run_layout.RESULTS_DIR, "skills")
 SESSION_WRITABLE = ("work", "tmp")
-SESSION_READ_ONLY = ("tool-results",)
+SESSION_READ_ONLY = (run_layout.RESULTS_DIR,)
 CHAT_MOUNT = "chat"  # read-only chat mount, only when the profile allows a chat tool
-CHAT_TOOLS = frozenset({"builtin:chat.search", "builtin:chat.read_messages"})
 # Run internals: never visible to the model, whatever a profile says.
-INTERNAL = frozenset(
-    {
-        "input",
-        "tool-args",
-        "model-responses",
-        "checkpoints",
-        "events.jsonl",
-        "tasks",
-        ".lock",
-        ".step.lock",
-    }
-)
+INTERNAL = run_layout.INTERNAL_NAMES
 MESSAGE_BODY = "output/main.md"
 
 

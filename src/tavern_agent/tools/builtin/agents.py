@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tavern_agent.core.ids import ToolId
+from tavern_agent.core import tool_ids
 from tavern_agent.core.results import (
     AwaitRequested,
     DelegateRequested,
@@ -36,12 +36,9 @@ _TEXT = {"type": "string", "maxLength": MAX_TEXT}
 _EXTRA = {"type": "string", "maxLength": MAX_TEXT}
 
 
-AWAIT_TOOL = ToolId.builtin("agent.await")
-
-
 def describe_delegate(offer: Offer) -> str:
     """The ``agent.delegate`` description, naming this snapshot's await tool if it has one."""
-    waiter = offer.name(AWAIT_TOOL)
+    waiter = offer.name(tool_ids.AWAIT)
     collect = f": collect the result with {waiter}" if waiter else ""
     return (
         "Start a task for an agent from the Agents list; it runs in the background. "
@@ -51,7 +48,7 @@ def describe_delegate(offer: Offer) -> str:
 
 def describe_handoff(offer: Offer) -> str:
     """The ``agent.handoff`` description, naming this snapshot's await tool if it has one."""
-    waiter = offer.name(AWAIT_TOOL)
+    waiter = offer.name(tool_ids.AWAIT)
     first = f" Wait for your tasks with {waiter} first." if waiter else ""
     return (
         "Hand off the rest of this run to an agent from the Agents list; your part ends."

@@ -14,6 +14,7 @@ from tavern_agent.chat.search import snippet, tokenize
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import ToolFailure, ToolOutcome
+from tavern_agent.core.tool_ids import CHAT_READ_MESSAGES
 from tavern_agent.tools.builtin.registry import builtin_tool
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.texts import past_the_end
@@ -22,7 +23,6 @@ ITEM_CHARS = 8_000
 CALL_CHARS = 20_000
 ITEM_LINES = 1_200
 MAX_ITEMS = 20
-READ_TOOL = "builtin:chat.read_messages"
 CHAT_ONLY = frozenset({Scene.CHAT})
 MAX_SCAN = 100_000
 ROLES = ("user", "assistant", "tool", "system")
@@ -201,7 +201,7 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
             f'No floors match "{query}" in {scope}. Try other words or a wider range.{note}',
             {"query": query, "hits": []},
         )
-    reader = ctx.model_name(READ_TOOL, "chat_read_messages")
+    reader = ctx.model_name(CHAT_READ_MESSAGES, "chat_read_messages")
     lines = [f'{len(hits)} floor(s) match "{query}" ({scope}, best first):']
     records = []
     terms = tokenize(query)

@@ -12,14 +12,13 @@ from typing import Any
 
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import CommitRequested, ToolFailure, ToolOutcome
+from tavern_agent.core.tool_ids import FINISH, WRITE_FILE
 from tavern_agent.tools.builtin.chat import CHAT_ONLY
 from tavern_agent.tools.builtin.registry import builtin_tool
 from tavern_agent.tools.builtin.workspace_files import decode, load_file
 from tavern_agent.tools.context import CallContext
-from tavern_agent.tools.texts import WRITE_FILE, child_return_hint
+from tavern_agent.tools.texts import child_return_hint
 from tavern_agent.workspace.roots import MESSAGE_BODY
-
-FINISH_TOOL = "builtin:workspace.finish"
 
 
 @builtin_tool(
@@ -69,7 +68,7 @@ async def COMMIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
             ErrorCode.WORKSPACE_COMMIT_EMPTY, f"{path} is empty; write the reply there{how} first."
         )
     reason: str = args["reason"]
-    finish = ctx.model_name(FINISH_TOOL, "workspace_finish")
+    finish = ctx.model_name(FINISH, "workspace_finish")
     verb = "replaces" if mode == "replace" else "is appended to"
     content = (
         f"Committed {path} ({len(text):,} chars): it {verb} this run's chat message. "

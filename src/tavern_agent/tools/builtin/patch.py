@@ -14,8 +14,9 @@ from typing import Any
 
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import FilePatched, ToolFailure, ToolOutcome
+from tavern_agent.core.tool_ids import READ_FILE
 from tavern_agent.tools.builtin.registry import builtin_tool
-from tavern_agent.tools.builtin.workspace_files import READ_TOOL, fits_one_read, load_file
+from tavern_agent.tools.builtin.workspace_files import fits_one_read, load_file
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.texts import call
 from tavern_agent.workspace.read_state import ReadState
@@ -65,12 +66,12 @@ async def APPLY_PATCH(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
 def _patch(
     ws: Workspace, path: str, old: str, new: str, replace_all: bool, ctx: CallContext
 ) -> ToolOutcome:
-    reader = ctx.model_name(READ_TOOL, "a file read")
+    reader = ctx.model_name(READ_FILE, "a file read")
     state = ctx.reads.get(path)
     if state is None:
         step = (
             f"Read {path} with {reader} before patching it."
-            if ctx.snapshot.name_of(READ_TOOL)
+            if ctx.snapshot.name_of(READ_FILE)
             else f"Patching needs a read of {path} first, and this agent cannot read files."
         )
         raise ToolFailure(ErrorCode.WORKSPACE_PATCH_REQUIRES_READ, step)
@@ -136,7 +137,7 @@ def _check_read(
     """Checks 5-7: what a partial read allows (``whole``: one read can return the file)."""
     if state.full:
         return
-    reader = ctx.model_name(READ_TOOL, "a file read")
+    reader = ctx.model_name(READ_FILE, "a file read")
     full_read = f"Read all of {path} with {call(reader, file_path=path)}, then patch."
 
     def need_full(why: str) -> ToolFailure:

@@ -43,12 +43,13 @@ from bashkit import BashTool, ExecResult, FileSystem
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.profile import ShellLimits
 from tavern_agent.core.results import ToolError, ToolFailure, ToolOutcome
+from tavern_agent.core.tool_ids import WRITE_FILE
 from tavern_agent.tools.builtin.registry import Offer, builtin_tool
 from tavern_agent.tools.builtin.shell_jq import jq_command
 from tavern_agent.tools.builtin.shell_js import JsLimits, node_command
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.results import LongResultStep
-from tavern_agent.tools.texts import WRITE_FILE, either, exception_text
+from tavern_agent.tools.texts import either, exception_text
 from tavern_agent.workspace import paths
 from tavern_agent.workspace.layout import allows_chat_tool
 from tavern_agent.workspace.roots import CHAT_MOUNT, MESSAGE_BODY, RootPolicy

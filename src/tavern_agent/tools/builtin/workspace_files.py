@@ -8,6 +8,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
+from tavern_agent.core import tool_ids
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import FileWritten, ToolFailure, ToolOutcome
 from tavern_agent.tools.builtin.registry import builtin_tool
@@ -23,8 +24,6 @@ MAX_READ_CHARS = 80_000
 MAX_LINE_CHARS = 2000
 MAX_LIST_DEPTH = 4
 MAX_LIST_ENTRIES = 200
-
-READ_TOOL = "builtin:workspace.read_file"
 
 
 def load_file(ws: Workspace, path: str, ctx: CallContext) -> bytes:
@@ -346,7 +345,7 @@ def _current(ws: Workspace, path: str) -> bytes | None:
 
 def _write(ws: Workspace, path: str, content: str, mode: str, ctx: CallContext) -> ToolOutcome:
     data = content.encode("utf-8", "surrogatepass")
-    reader = ctx.snapshot.name_of(READ_TOOL)
+    reader = ctx.snapshot.name_of(tool_ids.READ_FILE)
     with ws.mutation():
         old = _current(ws, path)
         state = ctx.reads.get(path)

@@ -7,6 +7,7 @@ from typing import Any
 from tavern_agent.chat.activation import ActivatedEntry
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import ToolFailure, ToolOutcome
+from tavern_agent.core.tool_ids import WORLDINFO_READ_ACTIVATED
 from tavern_agent.tools.builtin.chat import (
     CALL_CHARS,
     CHAT_ONLY,
@@ -19,8 +20,6 @@ from tavern_agent.tools.builtin.chat import (
 )
 from tavern_agent.tools.builtin.registry import builtin_tool
 from tavern_agent.tools.context import CallContext
-
-TOOL = "builtin:worldinfo.read_activated"
 
 
 @builtin_tool(
@@ -71,7 +70,7 @@ async def READ_ACTIVATED(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
 def _index(activation: tuple[ActivatedEntry, ...], ctx: CallContext) -> ToolOutcome:
     if not activation:
         return ToolOutcome("No world info entries are active for this reply.", {"entries": []})
-    name = ctx.model_name(TOOL, "worldinfo_read_activated")
+    name = ctx.model_name(WORLDINFO_READ_ACTIVATED, "worldinfo_read_activated")
     lines = [f"{len(activation)} active entries (ref | label | world | chars | position):"]
     for a in activation:
         flag = " | constant" if a.constant else ""
@@ -97,7 +96,7 @@ def _read(
     by_ref = {a.ref: a for a in activation}
     for item in items:
         if item["ref"] not in by_ref:
-            name = ctx.model_name(TOOL, "worldinfo_read_activated")
+            name = ctx.model_name(WORLDINFO_READ_ACTIVATED, "worldinfo_read_activated")
             raise ToolFailure(
                 ErrorCode.WORLDINFO_ENTRY_NOT_FOUND,
                 f"No active entry has ref {item['ref']!r}. Call {name} without arguments "
