@@ -34,7 +34,7 @@ from tavern_agent.core.ids import ToolId
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile
 from tavern_agent.extensions import ExtensionHost, ExtensionRegistry, RemoteExtensionTools
-from tavern_agent.extensions.host import CallMeta
+from tavern_agent.extensions.protocol import CallMeta
 from tavern_agent.tools.catalog import ExtensionTools
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.gate import ToolRequestGate

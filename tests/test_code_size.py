@@ -19,7 +19,6 @@ MAX_FUNCTION_LINES = 80
 
 # Path (relative to src/tavern_agent) -> lines today. May only shrink.
 MODULE_ALLOWLIST: dict[str, int] = {
-    "extensions/host.py": 704,
     "runtime/agents.py": 863,
     "runtime/loop.py": 1212,
 }

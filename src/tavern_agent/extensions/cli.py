@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 import click
 
 from tavern_agent.core.naming import ModelProtocol
-from tavern_agent.extensions.host import CLIENT_PATH, DEFAULT_CALL_TIMEOUT, PAGE_PATH, ExtensionHost
+from tavern_agent.extensions.host import DEFAULT_CALL_TIMEOUT, ExtensionHost
+from tavern_agent.extensions.protocol import CLIENT_PATH, PAGE_PATH
 from tavern_agent.extensions.remote import HostFiles
 
 if TYPE_CHECKING:

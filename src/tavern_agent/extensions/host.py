@@ -20,20 +20,7 @@ checks happen before the handshake completes, so a refused client never gets
 to send a message. Messages are capped in size; a malformed message closes
 that connection only.
 
-Page protocol (JSON text messages)::
-
-    page → host  {"type": "register", "id": 1, "tool": {extensionId, name, description,
-                  inputSchema, contexts, enabled}}
-                 {"type": "set_enabled", "id": 2, "toolId": "...", "enabled": false}
-                 {"type": "unregister", "id": 3, "toolId": "..."}
-                 {"type": "list", "id": 4}
-                 {"type": "resolve", "callId": "...", "ok": true, "result": <json>}
-                 {"type": "resolve", "callId": "...", "ok": false, "error": {"message": "..."}}
-    host → page  {"type": "ack", "id": 1, "ok": true, "result": ...}
-                 {"type": "ack", "id": 1, "ok": false, "code": "...", "message": "..."}
-                 {"type": "call", "callId": "...", "toolId": "...", "arguments": {...},
-                  "context": {runId, invocationId, callId, target}}
-                 {"type": "cancel", "callId": "...", "reason": "cancelled" | "timeout"}
+The messages of both channels are in :mod:`tavern_agent.extensions.protocol`.
 """
 
 from __future__ import annotations
@@ -58,65 +45,43 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
-from tavern_agent.core.descriptors import EMPTY_PARAMETERS, Scene, ToolDescriptor
+from tavern_agent.core.descriptors import ToolDescriptor
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.ids import InvalidToolId, ToolId
-from tavern_agent.extensions.python import (
-    receipt_for_value,
-    target_of,
-    unavailable,
+from tavern_agent.extensions.protocol import (
+    CLIENT_PATH,
+    CLOSE_MALFORMED,
+    MAX_MESSAGE_BYTES,
+    PAGE_PATH,
+    PAGES_PREFIX,
+    RUNTIME_PATH,
+    SUBPROTOCOL,
+    TOKEN_PREFIX,
+    UNKNOWN,
+    CallMeta,
+    MalformedMessage,
+    Refused,
+    descriptor_json,
+    fail,
+    invoke_request,
+    page_descriptor,
+    parse_message,
+    receipt_json,
 )
+from tavern_agent.extensions.python import receipt_for_value, unavailable
 from tavern_agent.tools.catalog import ExternalReceipt, RegisteredTools
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.texts import OUTSIDE_FAILURE_STEP, outside_text
 
 log = logging.getLogger(__name__)
 
-SUBPROTOCOL = Subprotocol("tavern-agent.v1")
-TOKEN_PREFIX = "token."
-PAGE_PATH = "/ext/ws"
-RUNTIME_PATH = "/ext/runtime"
-CLIENT_PATH = "/ext/tavern-agent.js"
-PAGES_PREFIX = "/pages/"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 DEFAULT_CALL_TIMEOUT = 60.0
-MAX_MESSAGE_BYTES = 1024 * 1024
-DESCRIPTION_CHARS = 2_000
-UNKNOWN = "It may have run. Check the current state before repeating it."
-CLOSE_MALFORMED = 1008
-
-
-class MalformedMessage(ValueError):
-    """A message that breaks the protocol; its connection is closed."""
 
 
 def client_script() -> bytes:
     """The page client, ``tavern-agent.js``."""
     return resources.files("tavern_agent.extensions").joinpath("tavern-agent.js").read_bytes()
-
-
-@dataclass(frozen=True, slots=True)
-class CallMeta:
-    """The identities sent to the extension with each call."""
-
-    run_id: str
-    invocation_id: str
-    call_id: str
-    target: Mapping[str, str]
-    name: str  # the model's name for the tool, for texts
-
-    @classmethod
-    def of(cls, tool_id: ToolId, ctx: CallContext) -> CallMeta:
-        name = ctx.model_name(str(tool_id), tool_id.name)
-        return cls(ctx.run_id, ctx.invocation_id, ctx.call_id, target_of(ctx), name)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "runId": self.run_id,
-            "invocationId": self.invocation_id,
-            "callId": self.call_id,
-            "target": dict(self.target),
-        }
 
 
 @dataclass(eq=False)
@@ -151,55 +116,6 @@ class Pending:
     page: Page
     future: asyncio.Future[ExternalReceipt]
     name: str
-
-
-def descriptor_json(d: ToolDescriptor, registered_by: str, enabled: bool) -> dict[str, Any]:
-    return {
-        "id": str(d.tool_id),
-        "nativeName": d.name_hint or d.tool_id.name,
-        "description": d.description,
-        "inputSchema": dict(d.parameters),
-        "contexts": sorted(s.value for s in d.scenes),
-        "enabled": enabled,
-        "source": registered_by,
-    }
-
-
-def descriptor_from_json(data: Mapping[str, Any]) -> ToolDescriptor:
-    tool_id = ToolId.parse(data["id"])
-    return ToolDescriptor(
-        tool_id=tool_id,
-        description=data["description"],
-        parameters=data["inputSchema"],
-        scenes=frozenset(Scene(s) for s in data["contexts"]),
-        label=tool_id.source,
-        name_hint=data.get("nativeName"),
-    )
-
-
-def receipt_json(r: ExternalReceipt) -> dict[str, Any]:
-    return {
-        "content": r.content,
-        "structured": r.structured,
-        "isError": r.is_error,
-        "errorCode": None if r.error_code is None else r.error_code.value,
-        "raw": r.raw,
-    }
-
-
-def receipt_from_json(data: Mapping[str, Any]) -> ExternalReceipt:
-    code = data.get("errorCode")
-    return ExternalReceipt(
-        content=str(data.get("content", "")),
-        structured=data.get("structured"),
-        is_error=bool(data.get("isError")),
-        error_code=None if code is None else ErrorCode(code),
-        raw=data.get("raw"),
-    )
-
-
-def fail(code: ErrorCode, message: str, raw: Any = None) -> ExternalReceipt:
-    return ExternalReceipt(content=message, is_error=True, error_code=code, raw=raw)
 
 
 def host_name(header: str | None) -> str | None:
@@ -370,7 +286,7 @@ class ExtensionHost(RegisteredTools[WebTool]):
         try:
             async for raw in connection:
                 try:
-                    await self._page_message(page, _parse(raw))
+                    await self._page_message(page, parse_message(raw))
                 except MalformedMessage as exc:
                     log.warning("extension host: %s: %s; closing it", page.label, exc)
                     await connection.close(CLOSE_MALFORMED, str(exc)[:120])
@@ -407,7 +323,7 @@ class ExtensionHost(RegisteredTools[WebTool]):
             raise MalformedMessage(f"{kind!r} message without an integer id")
         try:
             result = self._page_request(page, kind, message)
-        except _Refused as refused:
+        except Refused as refused:
             await page.send(
                 {
                     "type": "ack",
@@ -425,9 +341,9 @@ class ExtensionHost(RegisteredTools[WebTool]):
             tool = message.get("tool")
             if not isinstance(tool, dict):
                 raise MalformedMessage("register without a tool object")
-            descriptor, enabled = _web_descriptor(tool)
+            descriptor, enabled = page_descriptor(tool)
             if descriptor.tool_id in self.tools:
-                raise _Refused(
+                raise Refused(
                     ErrorCode.EXTENSION_TOOL_ALREADY_REGISTERED,
                     f"{descriptor.tool_id} is registered already "
                     f"(by {self.tools[descriptor.tool_id].page.label})",
@@ -453,9 +369,9 @@ class ExtensionHost(RegisteredTools[WebTool]):
         try:
             tool_id = ToolId.parse(raw)
         except InvalidToolId as exc:
-            raise _Refused(ErrorCode.TOOL_INVALID_ARGUMENTS, str(exc)) from None
+            raise Refused(ErrorCode.TOOL_INVALID_ARGUMENTS, str(exc)) from None
         if tool_id not in page.tools:
-            raise _Refused(ErrorCode.TOOL_UNAVAILABLE, f"{tool_id} is not registered by this page")
+            raise Refused(ErrorCode.TOOL_UNAVAILABLE, f"{tool_id} is not registered by this page")
         return tool_id
 
     def _resolve(self, page: Page, message: dict[str, Any]) -> None:
@@ -575,7 +491,7 @@ class ExtensionHost(RegisteredTools[WebTool]):
             await connection.send(json.dumps({"type": "catalog", "tools": self.listing()}))
             async for raw in connection:
                 try:
-                    message = _parse(raw)
+                    message = parse_message(raw)
                     if message.get("type") == "cancel":
                         event = events.get(message.get("id"))
                         if event is not None:
@@ -583,7 +499,7 @@ class ExtensionHost(RegisteredTools[WebTool]):
                         continue
                     if message.get("type") != "invoke":
                         raise MalformedMessage(f"unknown message type {message.get('type')!r}")
-                    request_id, tool_id, arguments, meta = _invoke_request(message)
+                    request_id, tool_id, arguments, meta = invoke_request(message)
                 except MalformedMessage as exc:
                     await connection.close(CLOSE_MALFORMED, str(exc)[:120])
                     break
@@ -619,83 +535,6 @@ class ExtensionHost(RegisteredTools[WebTool]):
             events.pop(request_id, None)
 
 
-class _Refused(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 def _quiet(task: asyncio.Future[None]) -> None:
     if not task.cancelled():
         task.exception()
-
-
-def _parse(raw: str | bytes) -> dict[str, Any]:
-    if not isinstance(raw, str):
-        raise MalformedMessage("binary message")
-    try:
-        message = json.loads(raw)
-    except ValueError:
-        raise MalformedMessage("not JSON") from None
-    if not isinstance(message, dict):
-        raise MalformedMessage("not a JSON object")
-    return message
-
-
-def _invoke_request(message: dict[str, Any]) -> tuple[Any, ToolId, dict[str, Any], CallMeta]:
-    request_id = message.get("id")
-    arguments = message.get("arguments")
-    ctx = message.get("context")
-    if not isinstance(arguments, dict) or not isinstance(ctx, dict):
-        raise MalformedMessage("invoke needs arguments and context objects")
-    try:
-        tool_id = ToolId.parse(str(message.get("toolId")))
-        target = {str(k): str(v) for k, v in dict(ctx["target"]).items()}
-        meta = CallMeta(
-            str(ctx["runId"]),
-            str(ctx["invocationId"]),
-            str(ctx["callId"]),
-            target,
-            str(ctx.get("name") or tool_id.name),
-        )
-    except (InvalidToolId, KeyError, TypeError, ValueError) as exc:
-        raise MalformedMessage(f"bad invoke: {exc}") from None
-    return request_id, tool_id, arguments, meta
-
-
-def _web_descriptor(tool: dict[str, Any]) -> tuple[ToolDescriptor, bool]:
-    """A page's ``def`` as a descriptor; every problem is a refusal naming the field."""
-    ext, name = tool.get("extensionId"), tool.get("name")
-    if not isinstance(ext, str) or not isinstance(name, str):
-        raise _Refused(ErrorCode.TOOL_INVALID_ARGUMENTS, "extensionId and name must be strings")
-    try:
-        tool_id = ToolId.extension(ext, name)
-    except InvalidToolId as exc:
-        raise _Refused(ErrorCode.TOOL_INVALID_ARGUMENTS, str(exc)) from None
-    description = tool.get("description", "")
-    if not isinstance(description, str):
-        raise _Refused(ErrorCode.TOOL_INVALID_ARGUMENTS, "description must be a string")
-    schema = tool.get("inputSchema", dict(EMPTY_PARAMETERS))
-    if not isinstance(schema, dict) or schema.get("type") != "object":
-        raise _Refused(
-            ErrorCode.TOOL_INVALID_ARGUMENTS, 'inputSchema must be a JSON Schema of type "object"'
-        )
-    contexts = tool.get("contexts", ["chat", "session"])
-    try:
-        scenes = frozenset(Scene(c) for c in contexts)
-    except (TypeError, ValueError):
-        raise _Refused(
-            ErrorCode.TOOL_INVALID_ARGUMENTS, 'contexts must list "chat" and/or "session"'
-        ) from None
-    if not scenes:
-        raise _Refused(ErrorCode.TOOL_INVALID_ARGUMENTS, "contexts must not be empty")
-    descriptor = ToolDescriptor(
-        tool_id=tool_id,
-        description=description[:DESCRIPTION_CHARS],
-        parameters=schema,
-        scenes=scenes,
-        label=ext,
-        name_hint=name,
-    )
-    return descriptor, tool.get("enabled", True) is not False

@@ -26,7 +26,7 @@ from websockets.typing import Subprotocol
 from tavern_agent.core.descriptors import Scene, ToolDescriptor
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.ids import ToolId
-from tavern_agent.extensions.host import (
+from tavern_agent.extensions.protocol import (
     RUNTIME_PATH,
     SUBPROTOCOL,
     TOKEN_PREFIX,
