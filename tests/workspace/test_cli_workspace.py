@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -108,6 +109,57 @@ def test_replace_without_read_and_stale(tmp_path: Path) -> None:
     stale = call(data, ws, "workspace_write_file", {"file_path": "output/main.md", "content": "x"})
     assert stale["errorCode"] == "workspace.write_stale_file"
     assert (ws / "output/main.md").read_text() == "edited on disk after the read"
+
+
+def _at_once(
+    data: Path, ws: Path, name: str, args: list[dict[str, object]]
+) -> list[dict[str, Any]]:
+    """One `call` process per argument set, all started before any is waited for."""
+    base = [sys.executable, "-m", "tavern_agent", "--data-dir", str(data), "call", name]
+    procs = [
+        subprocess.Popen(
+            [*base, json.dumps(a), "--workspace", str(ws), "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for a in args
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out))
+    return results
+
+
+@pytest.mark.slow  # ten processes
+@pytest.mark.parametrize("tool", ["workspace_write_file", "workspace_apply_patch"])
+def test_one_winner_per_read_among_ten_processes(tmp_path: Path, tool: str) -> None:
+    data, ws = tmp_path / "data", tmp_path / "ws"
+    (ws / "output").mkdir(parents=True)
+    (ws / "output/main.md").write_text("The tavern is quiet.\n")
+    call(data, ws, "workspace_read_file", {"file_path": "output/main.md"})
+    texts = [f"The tavern is loud, says writer {n}.\n" for n in range(10)]
+    if tool == "workspace_write_file":
+        args: list[dict[str, object]] = [
+            {"file_path": "output/main.md", "content": t} for t in texts
+        ]
+        stale = "workspace.write_stale_file"
+    else:
+        args = [
+            {"file_path": "output/main.md", "old_string": "quiet.", "new_string": t[14:-1]}
+            for t in texts
+        ]
+        stale = "workspace.patch_stale_file"
+    results = _at_once(data, ws, tool, args)
+    won = [n for n, r in enumerate(results) if r["isError"] is False]
+    assert len(won) == 1, results
+    assert (ws / "output/main.md").read_text() == texts[won[0]]
+    assert sorted(r.get("errorCode") for r in results if r["isError"]) == [stale] * 9
+    # A call started after them goes on from the winner's write, as one invocation would.
+    late = call(data, ws, "workspace_write_file", {"file_path": "output/main.md", "content": "x"})
+    assert late["isError"] is False, late
 
 
 @pytest.mark.parametrize(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,8 @@ class ReadState:
     full: bool
     text: str
     needs_full_read: bool = False
+    # Set by load_reads on a state another process saved (see save_reads).
+    saved_at: int | None = field(default=None, compare=False)
 
     @property
     def sha256(self) -> str:
@@ -116,15 +120,90 @@ def reads_from_json(data: Mapping[str, Any]) -> dict[str, ReadState]:
     }
 
 
-def load_reads(path: Path) -> dict[str, ReadState]:
-    """Read states saved by :func:`save_reads`; a missing file means none."""
+# Reads saved this soon after a process started count as seen by it: the start time
+# is known to about 10 ms, and a call that started then cannot have written yet.
+_START_SLACK_NS = 50_000_000
+_IMPORTED_NS = time.time_ns()
+
+
+def process_started_ns() -> int:
+    """When this process started (Unix ns); where unknown, when this module was imported."""
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            ticks = int(handle.read().rsplit(b")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime", "rb") as handle:
+            uptime = float(handle.read().split()[0])
+        now = time.time_ns()
+        return now - int((uptime - ticks / os.sysconf("SC_CLK_TCK")) * 1e9)
+    except (OSError, ValueError, IndexError):
+        return _IMPORTED_NS
+
+
+# What load_reads handed out, by reads file: each path's savedAt and needsFullRead.
+_LOADED: dict[Path, dict[str, tuple[int, bool]]] = {}
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """The reads file's folder locked: the file itself is replaced on every save."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def _entries(path: Path) -> dict[str, dict[str, Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):
         return {}
-    return reads_from_json(data)
+    return data if isinstance(data, dict) else {}
+
+
+def load_reads(path: Path) -> dict[str, ReadState]:
+    """Read states saved by :func:`save_reads`, as they were when this process started.
+
+    Separate processes on one workspace act as calls of one invocation, but
+    only in order: a state saved after this process started (another call's
+    write, done while this one was starting) is not this call's. Where the
+    path had a state before, the call gets one that matches no file, so its
+    write is told the file changed since its read; otherwise it has none.
+    """
+    started = process_started_ns() + _START_SLACK_NS
+    with _locked(path):
+        data = _entries(path)
+    reads: dict[str, ReadState] = {}
+    loaded: dict[str, tuple[int, bool]] = {}
+    for key, v in data.items():
+        saved = int(v.get("savedAt", 0))
+        if int(v.get("firstSavedAt", saved)) > started:
+            continue
+        if saved > started:
+            reads[key] = ReadState(CHANGED_WHILE_READ, True, "")
+        else:
+            reads[key] = reads_from_json({key: v})[key]
+        reads[key].saved_at = saved
+        loaded[key] = (saved, reads[key].needs_full_read)
+    _LOADED[path] = loaded
+    return reads
 
 
 def save_reads(path: Path, reads: Mapping[str, ReadState]) -> None:
-    """Save read states atomically, for :func:`load_reads` in a later process."""
-    atomic_write(path, json.dumps(reads_to_json(reads), ensure_ascii=False).encode("utf-8"))
+    """Save the states this process changed; other processes' newer ones stay."""
+    loaded = _LOADED.pop(path, {})
+    now = time.time_ns()
+    with _locked(path):
+        data = _entries(path)
+        for key, (saved, _) in loaded.items():
+            if key not in reads and int(data.get(key, {}).get("savedAt", -1)) == saved:
+                del data[key]  # forgotten here (an append after a partial read)
+        for key, s in reads.items():
+            if s.saved_at is not None and loaded.get(key, (0, None))[1] == s.needs_full_read:
+                continue  # as loaded: what the file holds now is as new or newer
+            first = data.get(key, {}).get("firstSavedAt", data.get(key, {}).get("savedAt", now))
+            entry = reads_to_json({key: s})[key]
+            data[key] = entry | {"savedAt": now, "firstSavedAt": first}
+        atomic_write(path, json.dumps(data, ensure_ascii=False).encode("utf-8"))
