@@ -43,10 +43,10 @@ from tavern_agent.assembly import Assembly
 from tavern_agent.chat.formats import parse_chat
 from tavern_agent.core.profile import Profile
 from tavern_agent.providers.gateway import ReplayGateway
-from tavern_agent.runtime.cli import committed_message
 from tavern_agent.runtime.loop import Engine
 from tavern_agent.runtime.run import Run, RunSpec
 from tavern_agent.runtime.scripted import ScriptedGateway, calls
+from tavern_agent.runtime.summary import committed_message
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 RECORDING = EXAMPLES / "recorded-run"

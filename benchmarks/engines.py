@@ -35,11 +35,12 @@ from tavern_agent.assembly import Assembly, ChatSource
 from tavern_agent.config import resolve_profile
 from tavern_agent.inputs import load_card, load_world
 from tavern_agent.providers.gateway import ReplayGateway
-from tavern_agent.runtime.engines import LocalEngine, RunEngine, TemporalEngine
+from tavern_agent.runtime.engines import LocalEngine, RunEngine
 from tavern_agent.runtime.journal import Listener
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run, RunSpec
 from tavern_agent.runtime.turns import NextCall
+from tavern_agent.temporal.engine import TemporalEngine
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -225,4 +226,4 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=20)
     asyncio.run(main(parser.parse_args().runs))
     sys.stdout.flush()
-    os._exit(0)  # skip teardown: the Temporal client's native threads (see runtime/cli.py)
+    os._exit(0)  # skip teardown: the Temporal client's native threads (see commands/run.py)

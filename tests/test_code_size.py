@@ -26,7 +26,7 @@ MODULE_ALLOWLIST: dict[str, int] = {
 # "path:qualified.name" -> lines today. May only shrink.
 FUNCTION_ALLOWLIST: dict[str, int] = {
     "cli.py:call_command": 93,
-    "runtime/cli.py:run_command": 166,
+    "commands/run.py:run_command": 166,
     "runtime/loop.py:Engine.step_once": 83,
 }
 

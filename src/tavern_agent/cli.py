@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import random
 import secrets
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,11 +19,15 @@ from tavern_agent.assembly import Assembly, ChatSource
 from tavern_agent.chat import progress as index_progress
 from tavern_agent.chat.formats import ChatFormatError
 from tavern_agent.chat.run_input import ChatRun
-from tavern_agent.cli_options import (
+from tavern_agent.commands.mcp import mcp_group
+from tavern_agent.commands.options import (
     chat_source,
     mcp_ask_option,
     world_info_options,
 )
+from tavern_agent.commands.run import run_command, runs_group
+from tavern_agent.commands.serve import serve_command
+from tavern_agent.commands.worker import worker_command
 from tavern_agent.config import default_data_dir, profiles_dir, resolve_profile
 from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.calls import ToolCall
@@ -30,12 +35,8 @@ from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.core.results import CommitRequested, ExecutedCall
-from tavern_agent.extensions.cli import load_modules, serve_command
 from tavern_agent.fsutil import atomic_write
 from tavern_agent.mcp.approval import approver_for
-from tavern_agent.mcp.cli import mcp_group
-from tavern_agent.runtime.cli import run_command, runs_group
-from tavern_agent.temporal.cli import worker_command
 from tavern_agent.terminal import say
 from tavern_agent.tools.catalog import ProfileValidationError
 from tavern_agent.tools.gate import ToolRequestGate
@@ -93,6 +94,15 @@ def _protocol_option(f: Any) -> Any:
         show_default=True,
         help="Model protocol whose naming and schema rules apply.",
     )(f)
+
+
+def load_modules(modules: Iterable[str]) -> None:
+    """Import modules that register Python extension tools on the default registry."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            raise click.UsageError(f"--ext {name}: cannot import it: {exc}") from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

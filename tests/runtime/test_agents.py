@@ -13,11 +13,11 @@ from typing import Any
 from rich.console import Console
 
 from tavern_agent.chat.formats import parse_chat
+from tavern_agent.commands.run import show_timeline
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.profile import Profile
 from tavern_agent.providers.gateway import ModelRequest
 from tavern_agent.providers.transcript import ToolResultMessage, UserMessage
-from tavern_agent.runtime.cli import show_timeline
 from tavern_agent.runtime.journal import read_events
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run

@@ -65,9 +65,9 @@ from tavern_agent.endpoint.runs import (
     profile_ids,
 )
 from tavern_agent.extensions.host import LOOPBACK_HOSTS, host_name
-from tavern_agent.runtime.cli import committed_message
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import new_run_id
+from tavern_agent.runtime.summary import committed_message
 
 log = logging.getLogger(__name__)
 

@@ -49,10 +49,10 @@ from tavern_agent import run_layout
 from tavern_agent.core.redact import Redactor
 from tavern_agent.endpoint.keys import REFUSED_KEYS
 from tavern_agent.extensions.remote import HostFiles
-from tavern_agent.runtime.cli import run_summary
 from tavern_agent.runtime.journal import Event, JournalTail
 from tavern_agent.runtime.loop import TERMINAL
 from tavern_agent.runtime.run import RunNotFound, all_runs, find_run
+from tavern_agent.runtime.summary import run_summary
 from tavern_agent.workspace.layout import DataRoot
 
 COOKIE = "tavern_agent_runs"

@@ -33,8 +33,8 @@ from temporalio import activity
 
 from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly
+from tavern_agent.providers.choice import gateway_for
 from tavern_agent.providers.gateway import ModelGateway, ModelReply, ModelRequest
-from tavern_agent.runtime.engines import gateway_for
 from tavern_agent.runtime.journal import Journal
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run

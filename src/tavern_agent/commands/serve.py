@@ -1,19 +1,19 @@
-"""``tavern-agent serve`` (the extension host and the agent endpoint) and ``--ext`` loading."""
+"""``tavern-agent serve``: the extension host and, with a model, the agent endpoint."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import signal
 import sys
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from tavern_agent.commands.options import chosen_model
 from tavern_agent.core.naming import ModelProtocol
-from tavern_agent.extensions.host import DEFAULT_CALL_TIMEOUT, ExtensionHost
+from tavern_agent.extensions.host import DEFAULT_CALL_TIMEOUT, LOOPBACK_HOSTS, ExtensionHost
 from tavern_agent.extensions.protocol import CLIENT_PATH, PAGE_PATH
 from tavern_agent.extensions.remote import HostFiles
 
@@ -21,13 +21,54 @@ if TYPE_CHECKING:
     from tavern_agent.endpoint.serve import EndpointOptions
 
 
-def load_modules(modules: Iterable[str]) -> None:
-    """Import modules that register Python extension tools on the default registry."""
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:
-            raise click.UsageError(f"--ext {name}: cannot import it: {exc}") from None
+def endpoint_options(
+    data_dir: Path,
+    *,
+    model: str | None,
+    replay: Path | None,
+    base_url: str | None,
+    protocol: str,
+    api_key_env: str,
+    host: str,
+    port: int,
+    key_env: str | None,
+    origins: Sequence[str],
+    max_concurrent_runs: int,
+    heartbeat: float = 10.0,
+) -> EndpointOptions:
+    """The agent endpoint's options from ``serve``'s flags, checked before anything listens."""
+    # Starlette only when the endpoint is served
+    from tavern_agent.endpoint.app import EndpointSettings
+    from tavern_agent.endpoint.keys import EndpointKeyError, key_from_env, key_path, load_or_create
+    from tavern_agent.endpoint.serve import EndpointOptions
+    from tavern_agent.endpoint.server import EndpointServer
+
+    if model is not None and replay is not None:
+        raise click.UsageError("--model and --replay exclude each other")
+    try:
+        if key_env is not None:
+            key, note = key_from_env(key_env), f"from ${key_env}"
+        else:
+            key, created = load_or_create(data_dir)
+            where = key_path(data_dir)
+            note = f"{key}  (shown once; kept in {where})" if created else f"in {where}"
+    except EndpointKeyError as exc:
+        raise click.UsageError(str(exc)) from None
+    gateway, record = chosen_model(model, replay, base_url, protocol, api_key_env)
+    try:
+        server = EndpointServer(host, port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
+    settings = EndpointSettings(
+        key,
+        max_concurrent_runs=max_concurrent_runs,
+        allowed_origins=tuple(origins),
+        loopback_only=host in LOOPBACK_HOSTS,
+        heartbeat_seconds=heartbeat,
+    )
+    return EndpointOptions(
+        data_dir, gateway, record, ModelProtocol(protocol), settings, note, server
+    )
 
 
 @click.command("serve")
@@ -147,9 +188,7 @@ def serve_command(
     files = HostFiles(data_dir)
     options: EndpointOptions | None = None
     if model is not None or replay is not None:
-        from tavern_agent.endpoint.serve import EndpointOptions  # Starlette only when used
-
-        options = EndpointOptions.from_cli(
+        options = endpoint_options(
             data_dir,
             model=model,
             replay=replay,

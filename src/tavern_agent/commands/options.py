@@ -14,6 +14,8 @@ from tavern_agent.chat.activation import ActivationSettings
 from tavern_agent.chat.st_data import LATEST, StDataError, open_st_data
 from tavern_agent.inputs import InputError, load_card, load_world
 from tavern_agent.mcp.approval import ASK_MODES
+from tavern_agent.providers.choice import ModelChoiceError, model_gateway
+from tavern_agent.providers.gateway import ModelGateway
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,6 +31,21 @@ def mcp_ask_option(f: F) -> F:
         "or answer every such call at once.",
     )
     return option(f)
+
+
+def chosen_model(
+    model: str | None,
+    replay: Path | None,
+    base_url: str | None,
+    protocol: str,
+    api_key_env: str,
+    record: dict[str, Any] | None = None,
+) -> tuple[ModelGateway, dict[str, Any]]:
+    """:func:`~tavern_agent.providers.choice.model_gateway`; a wrong choice is a usage error."""
+    try:
+        return model_gateway(model, replay, base_url, protocol, api_key_env, record)
+    except ModelChoiceError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 # ---------------------------------------------------------------- SillyTavern data and world info

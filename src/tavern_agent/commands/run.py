@@ -1,4 +1,4 @@
-"""``tavern-agent run`` and ``tavern-agent runs list|show``: runs from the command line."""
+"""``tavern-agent run`` and ``tavern-agent runs list|show|cancel``: runs from the command line."""
 
 from __future__ import annotations
 
@@ -18,12 +18,10 @@ from rich.table import Table
 from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly
 from tavern_agent.chat import progress as index_progress
-from tavern_agent.chat.formats import (
-    ChatFormatError,
-    parse_chat,
-)
-from tavern_agent.cli_options import (
+from tavern_agent.chat.formats import ChatFormatError
+from tavern_agent.commands.options import (
     chat_source,
+    chosen_model,
     mcp_ask_option,
     world_info_options,
 )
@@ -31,10 +29,10 @@ from tavern_agent.config import resolve_profile
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
-from tavern_agent.core.redact import MASK
 from tavern_agent.mcp.approval import approver_for
-from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ModelGateway, ReplayGateway
-from tavern_agent.runtime.engines import LocalEngine, TemporalEngine
+from tavern_agent.providers.choice import BASE_URL_ENV
+from tavern_agent.providers.gateway import ModelGateway
+from tavern_agent.runtime.engines import LocalEngine
 from tavern_agent.runtime.journal import Event, read_events
 from tavern_agent.runtime.loop import TERMINAL, Engine, ResumeRefused, RunResult
 from tavern_agent.runtime.run import (
@@ -43,13 +41,11 @@ from tavern_agent.runtime.run import (
     RunSpec,
     all_runs,
     find_run,
-    load_record,
 )
+from tavern_agent.runtime.summary import committed_message, run_summary
+from tavern_agent.temporal.engine import TemporalEngine
 from tavern_agent.terminal import markup
 from tavern_agent.workspace.layout import DataRoot
-
-BASE_URL_ENV = "TAVERN_AGENT_BASE_URL"
-DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"
 
 
 def _short(value: Any, limit: int = 90) -> str:
@@ -125,60 +121,6 @@ def temporal_options(f: Any) -> Any:
     return click.option(
         "--temporal", default=None, metavar="HOST:PORT", help="The Temporal server's address."
     )(f)
-
-
-def model_gateway(
-    model: str | None,
-    replay: Path | None,
-    base_url: str | None,
-    protocol: str,
-    api_key_env: str,
-    record: dict[str, Any] | None = None,
-) -> tuple[ModelGateway, dict[str, Any]]:
-    """The model a run talks to, from the CLI's flags (``run``, ``serve``), and its record.
-
-    ``record`` is a resumed run's stored model record, used where no flag is
-    given. The second value is what ``run.json`` keeps (never a key).
-    """
-    if replay is None and model is None and record:
-        if record.get("kind") == "replay":
-            replay = Path(record["dir"])
-        elif record.get("kind") == "http":
-            model, base_url = record["model"], base_url or record["baseUrl"]
-            protocol, api_key_env = record["protocol"], record.get("apiKeyEnv") or api_key_env
-            if f"{MASK}@" in base_url:
-                raise click.UsageError(
-                    "the run's base URL held credentials, which are never stored: "
-                    "resume with --base-url URL"
-                )
-    if replay is not None:
-        try:
-            gateway = ReplayGateway(replay)
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
-        return gateway, {"kind": "replay", "dir": str(replay.resolve())}
-    if model is None:
-        raise click.UsageError("give --model NAME (with --base-url) or --replay RUN_DIR")
-    config = ModelConfig(
-        ModelProtocol(protocol),
-        model,
-        base_url or os.environ.get(BASE_URL_ENV, DEFAULT_BASE_URL),
-        api_key_env=api_key_env,
-    )
-    return HttpGateway(config), {"kind": "http", **config.to_json()}
-
-
-def committed_message(run: Run, result: RunResult) -> str | None:
-    """The text of the chat message the run committed, as the chat file holds it now."""
-    if run.chat is None or result.floor is None:
-        return None
-    path = getattr(run.chat.repository, "path", None)
-    if not isinstance(path, Path):
-        return None
-    chat = parse_chat(path.read_bytes())
-    if result.floor >= len(chat.messages):
-        return None
-    return chat.messages[result.floor].mes
 
 
 @click.command("run")
@@ -287,7 +229,7 @@ def run_command(
         source = chat_source(
             st_data, chat_file, character=character, group=group, world_files=worlds, seed=seed
         )
-        gateway, record = model_gateway(model, replay, base_url, protocol, api_key_env)
+        gateway, record = chosen_model(model, replay, base_url, protocol, api_key_env)
         spec = RunSpec(
             profile,
             ModelProtocol(protocol),
@@ -308,7 +250,7 @@ def run_command(
                     run = Run.open(assembly, run_dir)
                 except (RunNotFound, ProfileError) as exc:
                     raise click.UsageError(str(exc)) from None
-                own, _ = model_gateway(
+                own, _ = chosen_model(
                     model, replay, base_url, protocol, api_key_env, run.record.get("model")
                 )
             else:
@@ -403,38 +345,6 @@ def exit_after_temporal(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def run_summary(run_dir: Path) -> dict[str, Any]:
-    """What ``runs list`` shows of a run: id, scene, status, rounds, commits, where."""
-    try:
-        record = load_record(run_dir)
-    except RunNotFound as exc:  # listed, not fatal: the other runs still show
-        return {"runId": run_dir.name, "scene": "", "status": "damaged", "problem": str(exc)}
-    events = read_events(run_dir / run_layout.JOURNAL_FILE)
-    status = "interrupted"
-    payload: dict[str, Any] = {}
-    for event in reversed(events):
-        if event["type"] in TERMINAL:
-            status, payload = TERMINAL[event["type"]], event["payload"]
-            break
-        if event["type"] in ("run_resumed", "run_started"):
-            break
-    return {
-        "runId": record["runId"],
-        "scene": record["scene"],
-        "status": status,
-        "rounds": payload.get("rounds"),
-        "commits": payload.get("commits"),
-        "createdAt": _text(record.get("createdAt")),
-        "chatFile": _text(record.get("chatFile")),
-        "session": _text(record.get("session")),
-        "runDir": str(run_dir),
-    }
 
 
 @click.group("runs")
