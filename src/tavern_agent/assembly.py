@@ -32,8 +32,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 from tavern_agent.chat.cards import CharacterCard
 from tavern_agent.chat.formats import ChatFile
@@ -41,6 +40,7 @@ from tavern_agent.chat.mount import prepare_run_mount
 from tavern_agent.chat.repository import FileChatRepository
 from tavern_agent.chat.run_input import ChatRun, file_stamp, freeze, scan_context
 from tavern_agent.chat.world_books import WorldBook
+from tavern_agent.core.closing import AsyncClosing
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.ids import ToolId, ToolKind
 from tavern_agent.core.naming import ModelProtocol
@@ -111,7 +111,7 @@ class ChatSource:
         )
 
 
-class Assembly:
+class Assembly(AsyncClosing):
     """The tool sources of one data root, and the one way to build invocations on them."""
 
     def __init__(
@@ -172,17 +172,6 @@ class Assembly:
                 await close()
             except Exception as exc:  # closing one source must not keep the others open
                 log.warning("closing a tool source failed: %s", exc)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def origin(self, tool_id: ToolId) -> str | None:
         """Who registered an extension tool (a module or a page), for listings."""

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from functools import partial
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 import anyio
@@ -33,6 +32,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import PARSE_ERROR
 from pydantic import ValidationError
 
+from tavern_agent.core.closing import AsyncClosing
 from tavern_agent.mcp.logs import StderrPipe
 from tavern_agent.mcp.oauth import FileTokenStorage, run_auth
 from tavern_agent.mcp.registrations import HttpTransport, Registration, StdioTransport
@@ -78,7 +78,7 @@ def _as_error_response(exc: Exception) -> SessionMessage | None:
     return None
 
 
-class _WatchedReadStream:
+class _WatchedReadStream(AsyncClosing):
     """The transport's read stream, noting when it ends (the server went away) and
     answering a request at once when its response cannot be parsed."""
 
@@ -111,18 +111,6 @@ class _WatchedReadStream:
             return await self.receive()
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool | None:
-        await self.aclose()
-        return None
 
 
 class Connection:

@@ -14,14 +14,14 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from mcp import MCPError, types
 from mcp.client.session import ElicitationFnT
 from mcp_types import CONNECTION_CLOSED, PARSE_ERROR
 from pydantic import ValidationError
 
+from tavern_agent.core.closing import AsyncClosing
 from tavern_agent.core.descriptors import Scene, ToolDescriptor
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.ids import ToolId, ToolKind
@@ -112,7 +112,7 @@ def _fail(code: ErrorCode, message: str, raw: Any = None) -> ExternalReceipt:
     return ExternalReceipt(content=message, is_error=True, error_code=code, raw=raw)
 
 
-class McpManager:
+class McpManager(AsyncClosing):
     """MCP servers under one data root, usable as the catalog's MCP source."""
 
     def __init__(
@@ -132,17 +132,6 @@ class McpManager:
         self._refreshes: set[asyncio.Task[None]] = set()
         self._reported: set[str] = set()  # broken registration diagnostics already logged
         self._deadlines = Deadlines()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close every connection (stdio servers are stopped)."""

@@ -1,0 +1,28 @@
+"""Objects released by ``await aclose()`` that ``async with`` also closes."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Self
+
+
+class AsyncClosing:
+    """A resource whose ``aclose`` releases it; ``async with`` closes it on the way out.
+
+    A subclass defines ``aclose``; entering returns the object as it is.
+    """
+
+    async def aclose(self) -> None:
+        """Release what the object holds."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
