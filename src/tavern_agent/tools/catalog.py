@@ -65,13 +65,8 @@ class ExtensionTools(ExternalToolSource, Protocol):
 class Registered(Protocol):
     """A registered external tool: its descriptor, whether it is switched on, who added it."""
 
-    @property
-    def descriptor(self) -> ToolDescriptor:
-        """The tool's descriptor."""
-
-    @property
-    def enabled(self) -> bool:
-        """Whether the tool is switched on."""
+    descriptor: ToolDescriptor
+    enabled: bool
 
     @property
     def origin(self) -> str:
