@@ -62,6 +62,23 @@ def test_113_chat_reply_is_signed_by_the_character_not_unused(tmp_path: Path) ->
     assert chat.speaker(user=True) == "Ann"
 
 
+def test_narrator_lines_are_not_taken_as_the_character(tmp_path: Path) -> None:
+    """A 1.13+ chat without a card: `/sys` and `/comment` lines sign no reply."""
+    path = tmp_path / "c.jsonl"
+    narrator = {
+        **iso_message("SillyTavern System", "The storm breaks.", is_user=False),
+        "force_avatar": "img/five.png",
+        "extra": {"type": "narrator", "bias": None},
+    }
+    comment = {**narrator, "name": "Note", "extra": {"type": "comment"}}
+    lines = [HEADER_113, iso_message("Seraphina", "Hello.", is_user=False)]
+    lines += [iso_message("Ann", "Hi!", is_user=True), narrator, comment]
+    path.write_text("\n".join(line(x) for x in lines))
+    FileChatRepository(path).apply_commit(commit())
+    chat = parse_chat(path.read_bytes())
+    assert chat.messages[-1].name == "Seraphina" and chat.messages[-1].mes == "The reply."
+
+
 def test_headerless_group_chat_commit_keeps_it_headerless(tmp_path: Path) -> None:
     path = tmp_path / "group.jsonl"
     data = "\n".join(

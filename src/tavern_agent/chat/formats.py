@@ -210,13 +210,16 @@ class ChatFile:
         """Who the chat is with (or, ``user=True``, who the user is).
 
         The header's name, else the newest speaker of that side (a 1.13+
-        header only says ``"unused"``); empty when neither is known.
+        header only says ``"unused"``); empty when neither is known. Narrator
+        and other system-typed messages (``extra.type``, e.g. ``/sys``) speak
+        for nobody.
         """
         name = self.user_name if user else self.character_name
         if name:
             return name
         for message in reversed(self.messages):
-            if message.is_user == user and message.name and not message.is_system:
+            typed = bool(message.extra.get("type"))
+            if message.is_user == user and message.name and not message.is_system and not typed:
                 return message.name
         return ""
 
