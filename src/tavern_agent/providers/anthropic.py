@@ -17,15 +17,12 @@ from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.providers.codec import (
-    AUTO,
     CONTINUE_TEXT,
+    Messages,
     RequestBuilder,
     ToolChoice,
-    check_protocol,
     fill_missing_ids,
-    replay_name,
-    replay_object,
-    resolve_choice,
+    replayed_calls,
     wire_schema,
 )
 from tavern_agent.providers.ids import CallIdMap
@@ -36,7 +33,7 @@ from tavern_agent.providers.transcript import (
     FinishReason,
     RecordedCall,
 )
-from tavern_agent.tools.snapshot import ToolSnapshot
+from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 
 STOP = {
     "end_turn": FinishReason.STOP,
@@ -55,31 +52,23 @@ class AnthropicCodec(RequestBuilder):
     max_tokens_field = "max_tokens"
     protocol = ModelProtocol.ANTHROPIC
 
-    def encode_tools(
-        self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
+    def tool_fields(
+        self, bindings: Sequence[ToolBinding], choice: ToolChoice, named: str | None, strict: bool
     ) -> dict[str, Any]:
-        """``strict`` is an OpenAI option and is ignored here."""
-        check_protocol(snapshot, self.protocol)
-        if not snapshot.bindings:
-            return {}
+        """``tools`` with ``input_schema``, and ``tool_choice`` (``strict`` is ignored)."""
         tools = [
             {
                 "name": b.model_name,
                 "description": b.descriptor.description,
                 "input_schema": {"type": "object", **wire_schema(b)},
             }
-            for b in snapshot.bindings
+            for b in bindings
         ]
-        named = resolve_choice(snapshot, choice)
         tool_choice = {"type": "tool", "name": named} if named else {"type": _CHOICE[choice.mode]}
         return {"tools": tools, "tool_choice": tool_choice}
 
     def encode_entries(
-        self,
-        entries: Sequence[Entry],
-        snapshot: ToolSnapshot,
-        ids: CallIdMap,
-        out: list[dict[str, Any]],
+        self, entries: Sequence[Entry], snapshot: ToolSnapshot, ids: CallIdMap, out: Messages
     ) -> None:
         """Append Anthropic messages for ``entries`` to ``out``: roles
         alternate (a second message of a role joins the one before),
@@ -104,23 +93,18 @@ class AnthropicCodec(RequestBuilder):
             blocks: list[dict[str, Any]] = []
             if message.text:
                 blocks.append({"type": "text", "text": message.text})
-            wire_ids = [ids.wire(c.call_id) for c in message.calls]
-            for call, result, wire_id in zip(message.calls, entry.results, wire_ids, strict=True):
+            replayed = replayed_calls(entry, snapshot, ids)
+            for r in replayed:
                 blocks.append(
-                    {
-                        "type": "tool_use",
-                        "id": wire_id,
-                        "name": replay_name(call, result, snapshot),
-                        "input": replay_object(call),
-                    }
+                    {"type": "tool_use", "id": r.wire_id, "name": r.name, "input": r.arguments}
                 )
             add("assistant", blocks)
             results: list[dict[str, Any]] = []
-            for result, wire_id in zip(entry.results, wire_ids, strict=True):
-                block: dict[str, Any] = {"type": "tool_result", "tool_use_id": wire_id}
-                if result.content:
-                    block["content"] = result.content
-                if result.is_error:
+            for r in replayed:
+                block: dict[str, Any] = {"type": "tool_result", "tool_use_id": r.wire_id}
+                if r.result.content:
+                    block["content"] = r.result.content
+                if r.result.is_error:
                     block["is_error"] = True
                 results.append(block)
             add("user", results)

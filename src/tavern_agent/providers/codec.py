@@ -21,7 +21,7 @@ from tavern_agent.core.naming import NAME_RULES, ModelProtocol, fit_name, normal
 from tavern_agent.core.results import AgentToolResult
 from tavern_agent.core.schema_adapt import NotStrictCompatible, openai_strict
 from tavern_agent.providers.ids import CallIdMap
-from tavern_agent.providers.repair import Entry, RepairedHistory, repair
+from tavern_agent.providers.repair import Entry, Exchange, RepairedHistory, repair
 from tavern_agent.providers.transcript import DecodedResponse, RecordedCall, Transcript
 from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 
@@ -44,6 +44,9 @@ class ToolChoice:
 
 
 AUTO = ToolChoice()
+
+Messages = list[dict[str, Any]]
+"""A protocol's list of history messages (or items, or contents), as JSON objects."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +87,7 @@ class Codec(Protocol):
         """Repair the transcript, then spell it as this protocol's history fields."""
 
     def encode_entries(
-        self,
-        entries: Sequence[Entry],
-        snapshot: ToolSnapshot,
-        ids: CallIdMap,
-        out: list[dict[str, Any]],
+        self, entries: Sequence[Entry], snapshot: ToolSnapshot, ids: CallIdMap, out: Messages
     ) -> None:
         """Append the protocol messages for ``entries`` to ``out``.
 
@@ -135,12 +134,31 @@ class RequestBuilder:
     :meth:`request_head`.
     """
 
+    protocol: ModelProtocol
     max_tokens_field: str = "max_tokens"
     history_key: str = "messages"
 
     def request_head(self, model: str, max_tokens: int) -> dict[str, Any]:
         """The model and length-cap fields of a request body."""
         return {"model": model, self.max_tokens_field: max_tokens}
+
+    def encode_tools(
+        self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
+    ) -> dict[str, Any]:
+        """The tools (and tool choice) fields of a request body; empty when the snapshot
+        has no tools. The codec spells them in :meth:`tool_fields`."""
+        check_protocol(snapshot, self.protocol)
+        if not snapshot.bindings:
+            return {}
+        named = resolve_choice(snapshot, choice)
+        return self.tool_fields(snapshot.bindings, choice, named, strict)
+
+    def tool_fields(
+        self, bindings: Sequence[ToolBinding], choice: ToolChoice, named: str | None, strict: bool
+    ) -> dict[str, Any]:
+        """The tools and tool choice fields for ``bindings`` (at least one); ``named`` is
+        the model name a named choice resolved to. ``strict`` is an OpenAI option."""
+        raise NotImplementedError
 
     def encode_history(
         self: Codec, transcript: Transcript, snapshot: ToolSnapshot
@@ -177,6 +195,29 @@ class RequestBuilder:
 def replay_object(call: RecordedCall) -> dict[str, Any]:
     """The arguments object to send back for a call (``{}`` when they were invalid)."""
     return replay_arguments(parse_arguments(call.call.raw_arguments))
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedCall:
+    """One recorded call as a history replays it, with its result."""
+
+    wire_id: str  # the call's id as this protocol's history carries it
+    name: str  # see replay_name
+    arguments: dict[str, Any]  # see replay_object
+    call: RecordedCall
+    result: AgentToolResult
+
+
+def replayed_calls(entry: Exchange, snapshot: ToolSnapshot, ids: CallIdMap) -> list[ReplayedCall]:
+    """The calls of ``entry``, in order, as they replay in ``snapshot``'s protocol."""
+    calls, results = entry.message.calls, entry.results
+    wire_ids = [ids.wire(c.call_id) for c in calls]
+    return [
+        ReplayedCall(
+            wire_id, replay_name(call, result, snapshot), replay_object(call), call, result
+        )
+        for call, result, wire_id in zip(calls, results, wire_ids, strict=True)
+    ]
 
 
 def check_protocol(snapshot: ToolSnapshot, protocol: ModelProtocol) -> None:

@@ -21,15 +21,12 @@ from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.providers.codec import (
-    AUTO,
     CONTINUE_TEXT,
+    Messages,
     RequestBuilder,
     ToolChoice,
-    check_protocol,
     fill_missing_ids,
-    replay_name,
-    replay_object,
-    resolve_choice,
+    replayed_calls,
     wire_schema,
 )
 from tavern_agent.providers.ids import CallIdMap
@@ -40,7 +37,7 @@ from tavern_agent.providers.transcript import (
     FinishReason,
     RecordedCall,
 )
-from tavern_agent.tools.snapshot import ToolSnapshot
+from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 
 SKIP_SIGNATURE = "skip_thought_signature_validator"
 """Google's documented placeholder for calls that have no thought signature."""
@@ -67,15 +64,12 @@ class GeminiCodec(RequestBuilder):
     protocol = ModelProtocol.GEMINI
     history_key = "contents"
 
-    def encode_tools(
-        self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
+    def tool_fields(
+        self, bindings: Sequence[ToolBinding], choice: ToolChoice, named: str | None, strict: bool
     ) -> dict[str, Any]:
-        """``strict`` is an OpenAI option and is ignored here."""
-        check_protocol(snapshot, self.protocol)
-        if not snapshot.bindings:
-            return {}
+        """``functionDeclarations`` and ``functionCallingConfig`` (``strict`` is ignored)."""
         declarations = []
-        for b in snapshot.bindings:
+        for b in bindings:
             declaration: dict[str, Any] = {
                 "name": b.model_name,
                 "description": b.descriptor.description,
@@ -84,7 +78,6 @@ class GeminiCodec(RequestBuilder):
             if schema.get("properties"):  # an empty OBJECT is refused; leave it out
                 declaration["parameters"] = schema
             declarations.append(declaration)
-        named = resolve_choice(snapshot, choice)
         config: dict[str, Any] = {"mode": "ANY" if named else _MODE[choice.mode]}
         if named:
             config["allowedFunctionNames"] = [named]
@@ -94,11 +87,7 @@ class GeminiCodec(RequestBuilder):
         }
 
     def encode_entries(
-        self,
-        entries: Sequence[Entry],
-        snapshot: ToolSnapshot,
-        ids: CallIdMap,
-        out: list[dict[str, Any]],
+        self, entries: Sequence[Entry], snapshot: ToolSnapshot, ids: CallIdMap, out: Messages
     ) -> None:
         """Append Gemini contents for ``entries`` to ``out``: a model turn with its
         ``functionCall`` parts, then a user turn with one ``functionResponse`` per call."""
@@ -113,27 +102,18 @@ class GeminiCodec(RequestBuilder):
                 parts.append({"text": message.text})
             signed = any(c.thought_signature for c in message.calls)
             responses: list[dict[str, Any]] = []
-            for n, (call, result) in enumerate(zip(message.calls, entry.results, strict=True)):
-                wire_id = ids.wire(call.call_id)
-                name = replay_name(call, result, snapshot)
+            for n, r in enumerate(replayed_calls(entry, snapshot, ids)):
                 part: dict[str, Any] = {
-                    "functionCall": {"id": wire_id, "name": name, "args": replay_object(call)}
+                    "functionCall": {"id": r.wire_id, "name": r.name, "args": r.arguments}
                 }
-                if call.thought_signature:
-                    part["thoughtSignature"] = call.thought_signature
+                if r.call.thought_signature:
+                    part["thoughtSignature"] = r.call.thought_signature
                 elif not signed and n == 0:
                     part["thoughtSignature"] = SKIP_SIGNATURE
                 parts.append(part)
-                key = "error" if result.is_error else "output"
-                responses.append(
-                    {
-                        "functionResponse": {
-                            "id": wire_id,
-                            "name": name,
-                            "response": {key: result.content},
-                        }
-                    }
-                )
+                key = "error" if r.result.is_error else "output"
+                response = {"id": r.wire_id, "name": r.name, "response": {key: r.result.content}}
+                responses.append({"functionResponse": response})
             if parts:
                 out.append({"role": "model", "parts": parts})
             if responses:

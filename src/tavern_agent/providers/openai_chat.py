@@ -18,14 +18,11 @@ from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.providers.codec import (
-    AUTO,
+    Messages,
     RequestBuilder,
     ToolChoice,
-    check_protocol,
     fill_missing_ids,
-    replay_name,
-    replay_object,
-    resolve_choice,
+    replayed_calls,
     result_text,
     strict_schema,
     wire_schema,
@@ -38,7 +35,7 @@ from tavern_agent.providers.transcript import (
     FinishReason,
     RecordedCall,
 )
-from tavern_agent.tools.snapshot import ToolSnapshot
+from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 
 FINISH = {
     "stop": FinishReason.STOP,
@@ -65,16 +62,13 @@ class OpenAIChatCodec(RequestBuilder):
 
     # ------------------------------------------------------------ tools
 
-    def encode_tools(
-        self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
+    def tool_fields(
+        self, bindings: Sequence[ToolBinding], choice: ToolChoice, named: str | None, strict: bool
     ) -> dict[str, Any]:
         """The ``tools`` and ``tool_choice`` fields (``strict`` schemas where
-        a tool's schema allows it); empty when the snapshot has no tools."""
-        check_protocol(snapshot, self.protocol)
-        if not snapshot.bindings:
-            return {}
+        a tool's schema allows it)."""
         tools = []
-        for b in snapshot.bindings:
+        for b in bindings:
             function: dict[str, Any] = {
                 "name": b.model_name,
                 "description": b.descriptor.description,
@@ -86,7 +80,6 @@ class OpenAIChatCodec(RequestBuilder):
             else:
                 function["parameters"] = wire_schema(b)
             tools.append({"type": "function", "function": function})
-        named = resolve_choice(snapshot, choice)
         tool_choice: Any = (
             {"type": "function", "function": {"name": named}} if named is not None else choice.mode
         )
@@ -95,11 +88,7 @@ class OpenAIChatCodec(RequestBuilder):
     # ------------------------------------------------------------ history
 
     def encode_entries(
-        self,
-        entries: Sequence[Entry],
-        snapshot: ToolSnapshot,
-        ids: CallIdMap,
-        out: list[dict[str, Any]],
+        self, entries: Sequence[Entry], snapshot: ToolSnapshot, ids: CallIdMap, out: Messages
     ) -> None:
         """Append Chat Completions messages for ``entries`` to ``out``: an assistant
         message with its ``tool_calls``, then one ``tool`` message per call."""
@@ -107,33 +96,23 @@ class OpenAIChatCodec(RequestBuilder):
             if not isinstance(entry, Exchange):
                 out.append({"role": "user", "content": entry.text})
                 continue
-            message, results = entry.message, entry.results
+            message = entry.message
             if not message.calls:
                 out.append({"role": "assistant", "content": message.text})
                 continue
-            wire_ids = [ids.wire(c.call_id) for c in message.calls]
-            out.append(
+            replayed = replayed_calls(entry, snapshot, ids)
+            calls = [
                 {
-                    "role": "assistant",
-                    "content": message.text or None,
-                    "tool_calls": [
-                        {
-                            "id": wire_id,
-                            "type": "function",
-                            "function": {
-                                "name": replay_name(call, result, snapshot),
-                                "arguments": dump_arguments(replay_object(call)),
-                            },
-                        }
-                        for call, result, wire_id in zip(
-                            message.calls, results, wire_ids, strict=True
-                        )
-                    ],
+                    "id": r.wire_id,
+                    "type": "function",
+                    "function": {"name": r.name, "arguments": dump_arguments(r.arguments)},
                 }
-            )
-            for result, wire_id in zip(results, wire_ids, strict=True):
-                text = result_text(result)
-                out.append({"role": "tool", "tool_call_id": wire_id, "content": text})
+                for r in replayed
+            ]
+            out.append({"role": "assistant", "content": message.text or None, "tool_calls": calls})
+            for r in replayed:
+                text = result_text(r.result)
+                out.append({"role": "tool", "tool_call_id": r.wire_id, "content": text})
 
     def history_frame(
         self, system: str | None, first: dict[str, Any] | None

@@ -18,14 +18,11 @@ from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.providers.codec import (
-    AUTO,
+    Messages,
     RequestBuilder,
     ToolChoice,
-    check_protocol,
     fill_missing_ids,
-    replay_name,
-    replay_object,
-    resolve_choice,
+    replayed_calls,
     result_text,
     strict_schema,
     wire_schema,
@@ -39,7 +36,7 @@ from tavern_agent.providers.transcript import (
     FinishReason,
     RecordedCall,
 )
-from tavern_agent.tools.snapshot import ToolSnapshot
+from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 
 INCOMPLETE = {
     "max_output_tokens": FinishReason.LENGTH,
@@ -55,16 +52,13 @@ class OpenAIResponsesCodec(RequestBuilder):
     history_key = "input"
     protocol = ModelProtocol.OPENAI_RESPONSES
 
-    def encode_tools(
-        self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
+    def tool_fields(
+        self, bindings: Sequence[ToolBinding], choice: ToolChoice, named: str | None, strict: bool
     ) -> dict[str, Any]:
         """The ``tools`` and ``tool_choice`` fields (``strict`` schemas where
-        a tool's schema allows it); empty when the snapshot has no tools."""
-        check_protocol(snapshot, self.protocol)
-        if not snapshot.bindings:
-            return {}
+        a tool's schema allows it)."""
         tools = []
-        for b in snapshot.bindings:
+        for b in bindings:
             strict_form = strict_schema(b) if strict else None
             tools.append(
                 {
@@ -75,16 +69,11 @@ class OpenAIResponsesCodec(RequestBuilder):
                     "strict": strict_form is not None,
                 }
             )
-        named = resolve_choice(snapshot, choice)
         tool_choice: Any = {"type": "function", "name": named} if named else choice.mode
         return {"tools": tools, "tool_choice": tool_choice}
 
     def encode_entries(
-        self,
-        entries: Sequence[Entry],
-        snapshot: ToolSnapshot,
-        ids: CallIdMap,
-        out: list[dict[str, Any]],
+        self, entries: Sequence[Entry], snapshot: ToolSnapshot, ids: CallIdMap, out: Messages
     ) -> None:
         """Append Responses input items for ``entries`` to ``out``: the assistant
         text, each ``function_call`` followed by its ``function_call_output``."""
@@ -95,24 +84,19 @@ class OpenAIResponsesCodec(RequestBuilder):
             message = entry.message
             if message.text or not message.calls:
                 out.append({"role": "assistant", "content": message.text})
-            wire_ids = [ids.wire(c.call_id) for c in message.calls]
-            for call, result, wire_id in zip(message.calls, entry.results, wire_ids, strict=True):
+            replayed = replayed_calls(entry, snapshot, ids)
+            for r in replayed:
                 out.append(
                     {
                         "type": "function_call",
-                        "call_id": wire_id,
-                        "name": replay_name(call, result, snapshot),
-                        "arguments": dump_arguments(replay_object(call)),
+                        "call_id": r.wire_id,
+                        "name": r.name,
+                        "arguments": dump_arguments(r.arguments),
                     }
                 )
-            for result, wire_id in zip(entry.results, wire_ids, strict=True):
-                out.append(
-                    {
-                        "type": "function_call_output",
-                        "call_id": wire_id,
-                        "output": result_text(result),
-                    }
-                )
+            for r in replayed:
+                output = result_text(r.result)
+                out.append({"type": "function_call_output", "call_id": r.wire_id, "output": output})
 
     def history_frame(
         self, system: str | None, first: dict[str, Any] | None
