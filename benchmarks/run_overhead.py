@@ -130,7 +130,7 @@ def replay(recording: Path, rounds: int, root: Path, fsync: bool) -> dict[str, A
         run,
         gateway,
         fsync=fsync,
-        listeners=(lambda e: marks.append(time.perf_counter()) if e["type"] in MARKS else None,),
+        listeners=(lambda e: marks.append(time.perf_counter()) if e.kind in MARKS else None,),
     )
     started = time.perf_counter()
     result = asyncio.run(engine.start())

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +32,10 @@ from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.mcp.approval import approver_for
 from tavern_agent.providers.choice import BASE_URL_ENV
 from tavern_agent.providers.gateway import ModelGateway
+from tavern_agent.runtime import events as ev
 from tavern_agent.runtime.engines import LocalEngine
-from tavern_agent.runtime.journal import Event, read_events
-from tavern_agent.runtime.loop import TERMINAL, Engine, ResumeRefused, RunResult
+from tavern_agent.runtime.journal import JournalRecord, read_events, read_journal
+from tavern_agent.runtime.loop import Engine, ResumeRefused, RunResult
 from tavern_agent.runtime.run import (
     Run,
     RunNotFound,
@@ -63,47 +64,46 @@ class Progress:
         self.started = time.monotonic()
         self.args: dict[str, str] = {}
 
-    def __call__(self, event: Event) -> None:
-        kind, p = event["type"], event["payload"]
+    def __call__(self, record: JournalRecord) -> None:
+        e = record.event
         out = self.console.print
         clock = f"[dim]{time.monotonic() - self.started:6.2f}s[/]"
-        if kind == "run_started":
-            what = f"{event['runId']}  scene {p['scene']}  profile {p['profileId']}"
+        if isinstance(e, ev.RunStarted):
+            what = f"{record.run_id}  scene {e.scene}  profile {e.profile_id}"
             out(f"[bold]run[/] {markup(what)}")
-        elif kind == "run_resumed":
-            unknown = ", ".join(p.get("outcomeUnknown") or []) or "none"
-            out(f"[bold]resumed[/] after round {p['rounds']}; outcome unknown: {markup(unknown)}")
-        elif kind == "model_response_stored":
-            text = p["message"].get("text") or ""
+        elif isinstance(e, ev.RunResumed):
+            unknown = ", ".join(e.outcome_unknown) or "none"
+            out(f"[bold]resumed[/] after round {e.rounds}; outcome unknown: {markup(unknown)}")
+        elif isinstance(e, ev.ModelResponseStored):
+            text = e.message.get("text") or ""
             said = f"  [italic]{markup(_short(text, 70))}[/]" if text.strip() else ""
-            out(f"{clock} [bold cyan]round {p['round']}[/] {p['calls']} call(s){said}")
-        elif kind == "tool_call_requested":
-            self.args[p["callId"]] = self._arguments(p)
-        elif kind in ("tool_call_completed", "tool_call_failed"):
-            args = markup(self.args.get(p["callId"], ""))
-            name = markup(str(p.get("name")))
-            if kind == "tool_call_failed":
-                code = p.get("errorCode")
-                code = markup(str(code))
-                out(f"{clock}   [red]✗ {name}[/] {args} → [red]{code}[/]: {markup(p['message'])}")
+            out(f"{clock} [bold cyan]round {e.round}[/] {e.calls} call(s){said}")
+        elif isinstance(e, ev.ToolCallRequested):
+            self.args[e.call_id] = self._arguments(e)
+        elif isinstance(e, ev.ToolCallEnded):
+            args = markup(self.args.get(e.call_id, ""))
+            name = markup(str(e.name))
+            if isinstance(e, ev.ToolCallFailed):
+                code = markup(str(e.error_code))
+                out(f"{clock}   [red]✗ {name}[/] {args} → [red]{code}[/]: {markup(e.message)}")
             else:
-                msg = markup(_short(p["message"], 80))
+                msg = markup(_short(e.message, 80))
                 out(f"{clock}   [green]✓ {name}[/] {args} → {msg}")
-        elif kind == "commit_confirmed":
-            out(f"{clock}   [magenta]⇢ chat floor {p.get('floor')} updated[/]")
-        elif kind == "reminder_added":
+        elif isinstance(e, ev.CommitConfirmed):
+            out(f"{clock}   [magenta]⇢ chat floor {e.floor} updated[/]")
+        elif isinstance(e, ev.ReminderAdded):
             out(f"{clock}   [yellow]text-only turn: reminded how to finish[/]")
-        elif kind.startswith("persist_"):
-            out(f"{clock}   persist/: {kind.removeprefix('persist_')}")
-        elif kind in TERMINAL:
-            style = "green" if kind == "run_completed" else "red"
-            why = f": {p.get('errorCode')} {p.get('message', '')}" if p.get("errorCode") else ""
-            out(f"{clock} [bold {style}]{TERMINAL[kind]}[/]{markup(why)}")
+        elif isinstance(e, ev.PersistOutcome):
+            out(f"{clock}   persist/: {e.status}")
+        elif isinstance(e, ev.RunEnded):
+            style = "green" if isinstance(e, ev.RunCompleted) else "red"
+            why = f": {e.error_code} {e.message}" if isinstance(e, ev.RunStopped) else ""
+            out(f"{clock} [bold {style}]{e.status}[/]{markup(why)}")
 
-    def _arguments(self, requested: Mapping[str, Any]) -> str:
+    def _arguments(self, requested: ev.ToolCallRequested) -> str:
         """A call's raw arguments, short: inline in the event, or in its file when large."""
-        data = requested.get("arguments")
-        ref = requested.get("argumentsRef")
+        data: Any = requested.arguments
+        ref = requested.arguments_ref
         if data is None and ref:
             try:
                 data = json.loads((self.run_dir / ref).read_text(encoding="utf-8"))
@@ -387,61 +387,75 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         run_dir = find_run(DataRoot(ctx.obj["data_dir"]), run_id)
     except RunNotFound as exc:
         raise click.UsageError(str(exc)) from None
-    events = read_events(run_dir / run_layout.JOURNAL_FILE)
-    if as_json:
-        click.echo(json.dumps(events, ensure_ascii=False, indent=2))
+    path = run_dir / run_layout.JOURNAL_FILE
+    if as_json:  # the lines as they are written
+        click.echo(json.dumps(read_events(path), ensure_ascii=False, indent=2))
         return
-    show_timeline(Console(highlight=False, soft_wrap=True), run_dir, events)
+    show_timeline(Console(highlight=False, soft_wrap=True), run_dir, read_journal(path))
 
 
-def show_timeline(console: Console, run_dir: Path, events: list[Event]) -> None:
+def _owner(event: ev.Event, call_inv: Mapping[str, str]) -> str:
+    """The invocation an event belongs to (a call's result and outcome: its call's)."""
+    if isinstance(event, ev.TaskStarted):
+        return event.parent_invocation_id
+    inv_id: str | None = getattr(event, "invocation_id", None)
+    call_id: str | None = getattr(event, "call_id", None)
+    return inv_id or call_inv.get(call_id or "") or ""
+
+
+def _detail(e: ev.Event, run_dir: Path, console: Console) -> str:
+    """The timeline's text for one event after its kind."""
+    if isinstance(e, ev.ToolCallRequested):
+        return f"{e.name} {Progress(console, run_dir)._arguments(e)}"
+    if isinstance(e, ev.ToolResultStored):
+        code = f"[{e.result['errorCode']}] " if e.result.get("isError") else ""
+        return code + _short(e.result["content"], 100)
+    if isinstance(e, ev.ModelResponseStored):
+        return f"round {e.round}, {e.calls} call(s) {_short(e.message['text'], 60)}"
+    if isinstance(e, ev.CommitConfirmed):
+        return f"floor {e.floor} ".strip()
+    if isinstance(e, ev.CommitRequested):
+        return f"floor  {e.path}".strip()
+    if isinstance(e, ev.RunEnded | ev.ReminderAdded):
+        return _short({k: v for k, v in e.payload().items() if k != "text"}, 120)
+    if isinstance(e, ev.TaskStarted):
+        return f"{e.task_id} {e.agent_id} → {e.invocation_id} "
+    if isinstance(e, ev.TaskFinished):
+        return f"{e.task_id} {e.agent_id} → {e.invocation_id} {e.status}"
+    if isinstance(e, ev.HandoffAccepted):
+        return f"to {e.agent_id} ({e.to_invocation_id}, depth {e.depth})"
+    return ""
+
+
+def show_timeline(
+    console: Console, run_dir: Path, events: Sequence[JournalRecord | Mapping[str, Any]]
+) -> None:
+    """Print a run's journal as a timeline (lines as :func:`read_events` reads them too)."""
+    records = [r if isinstance(r, JournalRecord) else JournalRecord.from_json(r) for r in events]
     summary = run_summary(run_dir)
     head = markup(f"{summary['runId']}  {summary['scene']}  {summary['status']}")
     if "problem" in summary:
         head += f"\n{markup(summary['problem'])}"
     console.print(f"[bold]{head}[/]")
-    t0 = events[0]["timestamp"] if events else ""
     depth: dict[str, int] = {}  # child invocations, nested under their parents
     agent_of: dict[str, str] = {}
     call_inv: dict[str, str] = {}
-    for event in events:
-        kind, p = event["type"], event["payload"]
-        level = event["level"]
-        if kind == "invocation_started" and p.get("kind") == "child":
-            depth[p["invocationId"]] = depth.get(p.get("parentInvocationId") or "", 0) + 1
-            agent_of[p["invocationId"]] = p.get("agentId") or ""
-        if kind == "tool_call_requested":
-            call_inv[p["callId"]] = p["invocationId"]
-        owner = p.get("invocationId") or call_inv.get(p.get("callId") or "") or ""
-        if kind == "task_started":
-            owner = p["parentInvocationId"]
+    for record in records:
+        e = record.event
+        if isinstance(e, ev.InvocationStarted) and e.invocation_kind == "child":
+            depth[e.invocation_id] = depth.get(e.parent_invocation_id or "", 0) + 1
+            agent_of[e.invocation_id] = e.agent_id or ""
+        if isinstance(e, ev.ToolCallRequested):
+            call_inv[e.call_id] = e.invocation_id
+        owner = _owner(e, call_inv)
         nest = depth.get(owner, 0)
         tag = "    " * nest + (f"[{agent_of[owner]}] " if nest else "")
-        style = {"error": "bold red", "warn": "yellow"}.get(level, "")
-        head = f"{event['seq']:>4} {event['timestamp'][11:23]} {tag}{kind}"
-        detail = ""
-        if kind == "tool_call_requested":
-            args = Progress(console, run_dir)._arguments(p)
-            detail = f"{p['name']} {args}"
-        elif kind == "tool_result_stored":
-            result = p["result"]
-            code = f"[{result['errorCode']}] " if result.get("isError") else ""
-            detail = code + _short(result["content"], 100)
-            if result.get("isError"):
-                style = "red"
-        elif kind == "model_response_stored":
-            detail = f"round {p['round']}, {p['calls']} call(s) {_short(p['message']['text'], 60)}"
-        elif kind in ("commit_confirmed", "commit_requested"):
-            detail = f"floor {p.get('floor', '')} {p.get('path', '')}".strip()
-        elif kind in TERMINAL or kind == "reminder_added":
-            detail = _short({k: v for k, v in p.items() if k != "text"}, 120)
-        elif kind in ("task_started", "task_finished"):
-            detail = f"{p['taskId']} {p['agentId']} → {p.get('invocationId')} {p.get('status', '')}"
-        elif kind == "handoff_accepted":
-            detail = f"to {p['agentId']} ({p['toInvocationId']}, depth {p['depth']})"
-        line = markup(f"{head}  {detail}".rstrip())
+        style = {"error": "bold red", "warn": "yellow"}.get(record.level, "")
+        if isinstance(e, ev.ToolResultStored) and e.result.get("isError"):
+            style = "red"
+        head = f"{record.seq:>4} {record.timestamp[11:23]} {tag}{record.kind}"
+        line = markup(f"{head}  {_detail(e, run_dir, console)}".rstrip())
         console.print(f"[{style}]{line}[/]" if style else line)
-    del t0
 
 
 @runs_group.command("cancel")

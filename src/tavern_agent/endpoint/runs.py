@@ -33,7 +33,8 @@ from tavern_agent.endpoint.protocol import (
 )
 from tavern_agent.fsutil import atomic_write
 from tavern_agent.providers.gateway import ModelGateway
-from tavern_agent.runtime.journal import Event
+from tavern_agent.runtime import events as ev
+from tavern_agent.runtime.journal import JournalRecord
 from tavern_agent.runtime.loop import Engine
 from tavern_agent.runtime.run import Run, RunSpec, new_run_id
 from tavern_agent.workspace.layout import chat_workspace_id
@@ -103,22 +104,22 @@ class RunProgress:
     on_line: Callable[[str], None] | None = None
     usage: dict[str, int] = field(default_factory=dict)
 
-    def __call__(self, event: Event) -> None:
-        kind, p = event["type"], event["payload"]
-        if kind == "model_response_stored":
-            add_usage(self.usage, p.get("usage") or {})
-        elif kind in ("tool_call_completed", "tool_call_failed") and self.on_line is not None:
-            self.on_line(progress_line(p, failed=kind == "tool_call_failed"))
+    def __call__(self, record: JournalRecord) -> None:
+        event = record.event
+        if isinstance(event, ev.ModelResponseStored):
+            add_usage(self.usage, event.usage)
+        elif isinstance(event, ev.ToolCallEnded) and self.on_line is not None:
+            self.on_line(progress_line(event))
 
 
-def progress_line(outcome: dict[str, Any], *, failed: bool) -> str:
+def progress_line(outcome: ev.ToolCallEnded) -> str:
     """One tool call's name and outcome on one line."""
-    name = outcome.get("name") or "?"
-    message = " ".join(str(outcome.get("message") or "").split())
+    name = outcome.name or "?"
+    message = " ".join(outcome.message.split())
     if len(message) > 160:
         message = message[:159] + "…"
-    if failed:
-        return f"✗ {name}: {outcome.get('errorCode')}: {message}"
+    if isinstance(outcome, ev.ToolCallFailed):
+        return f"✗ {name}: {outcome.error_code}: {message}"
     return f"✓ {name}: {message}"
 
 

@@ -9,6 +9,12 @@ Writers take turns (a durable engine's steps hold the run's lock); a writer
 that finds events another appended since its own last one counts them before
 it appends, so ``seq`` stays gapless.
 
+The events are the typed values of :mod:`tavern_agent.runtime.events`:
+:meth:`Journal.write` takes one, and :func:`read_journal` and
+:meth:`JournalTail.new_records` give back :class:`JournalRecord` values that
+hold them. :func:`read_events` and :meth:`JournalTail.new_events` give the
+lines as the JSON objects they are (``runs show --json``, checks of the file).
+
 Every event is written to the file at once, so a killed process loses none.
 Against a power loss, the writer makes the journal durable (one fsync) only
 at barriers: before a call or a commit whose effect must not be repeated
@@ -23,12 +29,64 @@ import json
 import os
 import secrets
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-Event = dict[str, Any]
-Listener = Callable[[Event], None]
+from tavern_agent.runtime.events import Event as TypedEvent
+from tavern_agent.runtime.events import Level, Opaque, decode_event
+
+Event = dict[str, Any]  # a line as its JSON object
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRecord:
+    """One line of the journal: where it stands, and its typed event."""
+
+    seq: int
+    id: str
+    run_id: str
+    timestamp: str
+    level: str
+    event: TypedEvent
+
+    @property
+    def kind(self) -> str:
+        """The line's ``type``: the event's kind."""
+        return self.event.kind
+
+    @classmethod
+    def from_json(cls, line: Mapping[str, Any]) -> JournalRecord:
+        """A line's object as a record; an event that does not fit its kind is opaque."""
+        seq = line.get("seq")
+        return cls(
+            seq if isinstance(seq, int) else 0,
+            str(line.get("id", "")),
+            str(line.get("runId", "")),
+            str(line.get("timestamp", "")),
+            str(line.get("level", "info")),
+            decode_event(str(line.get("type", "")), line.get("payload")),
+        )
+
+    def to_json(self) -> Event:
+        """The record as its line's object."""
+        return {
+            "seq": self.seq,
+            "id": self.id,
+            "runId": self.run_id,
+            "timestamp": self.timestamp,
+            "level": self.level,
+            "type": self.event.kind,
+            "payload": self.event.payload(),
+        }
+
+
+Listener = Callable[[JournalRecord], None]
+
+
+def _records(events: list[Event]) -> list[JournalRecord]:
+    return [JournalRecord.from_json(e) for e in events if isinstance(e, dict)]
 
 
 def read_events(path: Path) -> list[Event]:
@@ -46,6 +104,11 @@ def read_events(path: Path) -> list[Event]:
         except (ValueError, RecursionError):
             break  # only the last line can be torn; nothing after it was written
     return events
+
+
+def read_journal(path: Path) -> list[JournalRecord]:
+    """Every complete event of a journal as a record, in order (a torn last line is skipped)."""
+    return _records(read_events(path))
 
 
 class JournalTail:
@@ -76,6 +139,10 @@ class JournalTail:
                     break  # a torn line: nothing after it was written
             self._offset += len(line) + 1
         return events
+
+    def new_records(self) -> list[JournalRecord]:
+        """The complete events written since the previous look, as records."""
+        return _records(self.new_events())
 
 
 def _complete_length(data: bytes) -> int:
@@ -113,33 +180,46 @@ class Journal:
         self.seq = len(read_events(path))
         self._unsynced = False
 
-    def append(
-        self, type: str, payload: Mapping[str, Any], *, level: str = "info", sync: bool = False
-    ) -> Event:
+    def write(
+        self, event: TypedEvent, *, level: Level | None = None, sync: bool = False
+    ) -> JournalRecord:
+        """Append ``event`` (at its kind's level unless ``level`` says otherwise); ``sync``
+        makes it durable, with every event before it."""
         if os.fstat(self._fd).st_size != self._end:
             self._count_others()
-        self.seq += 1
-        event: Event = {
-            "seq": self.seq,
-            "id": f"evt_{secrets.token_hex(8)}",
-            "runId": self.run_id,
-            "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),
-            "level": level,
-            "type": type,
-            "payload": dict(payload),
+        record = JournalRecord(
+            self.seq + 1,
+            f"evt_{secrets.token_hex(8)}",
+            self.run_id,
+            datetime.now(UTC).isoformat(timespec="milliseconds"),
+            level or event.level,
+            event,
+        )
+        payload = event.raw if isinstance(event, Opaque) else event.payload()
+        line = {
+            "seq": record.seq,
+            "id": record.id,
+            "runId": record.run_id,
+            "timestamp": record.timestamp,
+            "level": record.level,
+            "type": event.kind,
+            "payload": payload,
         }
-        line = json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
-        try:
-            self._write(line.encode("utf-8", "surrogatepass"))
-        except OSError:
-            self.seq -= 1
-            raise
+        data = json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+        self._write(data.encode("utf-8", "surrogatepass"))
+        self.seq = record.seq
         self._unsynced = True
         if sync:
             self.sync()
         for listener in self.listeners:
-            listener(event)
-        return event
+            listener(record)
+        return record
+
+    def append(
+        self, type: str, payload: Mapping[str, Any], *, level: str = "info", sync: bool = False
+    ) -> JournalRecord:
+        """Append the event of kind ``type`` that ``payload`` makes (opaque if it fits none)."""
+        return self.write(decode_event(type, dict(payload)), level=cast(Level, level), sync=sync)
 
     def _count_others(self) -> None:
         """Another writer appended since this one's last event (a durable engine's

@@ -11,8 +11,9 @@ from typing import Any
 
 from tavern_agent import run_layout
 from tavern_agent.chat.formats import parse_chat
-from tavern_agent.runtime.journal import read_events
-from tavern_agent.runtime.loop import TERMINAL, RunResult
+from tavern_agent.runtime import events as ev
+from tavern_agent.runtime.journal import read_journal
+from tavern_agent.runtime.loop import RunResult
 from tavern_agent.runtime.run import Run, RunNotFound, load_record
 
 
@@ -39,21 +40,21 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
         record = load_record(run_dir)
     except RunNotFound as exc:  # listed, not fatal: the other runs still show
         return {"runId": run_dir.name, "scene": "", "status": "damaged", "problem": str(exc)}
-    events = read_events(run_dir / run_layout.JOURNAL_FILE)
     status = "interrupted"
-    payload: dict[str, Any] = {}
-    for event in reversed(events):
-        if event["type"] in TERMINAL:
-            status, payload = TERMINAL[event["type"]], event["payload"]
+    ended: ev.RunEnded | None = None
+    for journaled in reversed(read_journal(run_dir / run_layout.JOURNAL_FILE)):
+        if isinstance(journaled.event, ev.RunEnded):
+            ended = journaled.event
+            status = ended.status
             break
-        if event["type"] in ("run_resumed", "run_started"):
+        if isinstance(journaled.event, ev.RunResumed | ev.RunStarted):
             break
     return {
         "runId": record["runId"],
         "scene": record["scene"],
         "status": status,
-        "rounds": payload.get("rounds"),
-        "commits": payload.get("commits"),
+        "rounds": None if ended is None else ended.rounds,
+        "commits": None if ended is None else ended.commits,
         "createdAt": _text(record.get("createdAt")),
         "chatFile": _text(record.get("chatFile")),
         "session": _text(record.get("session")),

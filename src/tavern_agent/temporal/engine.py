@@ -63,9 +63,9 @@ class TemporalEngine:
         tail = JournalTail(run.run_dir / run_layout.JOURNAL_FILE)
         while True:
             done = result.done()
-            for event in tail.new_events():
+            for record in tail.new_records():
                 for listener in listeners:
-                    listener(event)
+                    listener(record)
             if done:
                 return result_of(run.id, result.result())
             await asyncio.wait([result], timeout=FOLLOW_EVERY)
