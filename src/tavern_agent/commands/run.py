@@ -65,6 +65,7 @@ class Progress:
         self.args: dict[str, str] = {}
 
     def __call__(self, record: JournalRecord) -> None:
+        """Print one journal record as a progress line (the events a person follows)."""
         e = record.event
         out = self.console.print
         clock = f"[dim]{time.monotonic() - self.started:6.2f}s[/]"

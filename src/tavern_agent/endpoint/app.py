@@ -91,10 +91,12 @@ class EndpointSettings:
 def error_response(
     status: int, message: str, kind: str, code: str | None, headers: dict[str, str] | None = None
 ) -> JSONResponse:
+    """An OpenAI-style error response."""
     return JSONResponse(error_body(message, kind, code), status, headers=headers)
 
 
 def refusal(exc: RequestError) -> JSONResponse:
+    """The error response for a refused request."""
     return JSONResponse(exc.body(), exc.status)
 
 
@@ -110,6 +112,8 @@ class Endpoint:
     # ------------------------------------------------------------ checks
 
     def authorized(self, request: Request) -> bool:
+        """Whether the request carries the endpoint's key
+        as its bearer token (compared in constant time)."""
         header = request.headers.get("authorization", "")
         scheme, _, given = header.partition(" ")
         given = given.strip()
@@ -118,6 +122,7 @@ class Endpoint:
         return hmac.compare_digest(given.encode(), self.settings.key.encode())
 
     def unauthorized(self) -> JSONResponse:
+        """The 401 answer, saying which key to use."""
         return error_response(
             401,
             "Incorrect API key provided. Use the key `tavern-agent serve` printed "
@@ -127,6 +132,7 @@ class Endpoint:
         )
 
     async def body(self, request: Request) -> bytes:
+        """The request body; raises a ``request_too_large`` refusal past the size limit."""
         limit = self.settings.max_body_bytes
         too_large = bad_request(f"The body is larger than {limit} bytes", "request_too_large")
         declared = request.headers.get("content-length", "")
@@ -142,11 +148,14 @@ class Endpoint:
     # ------------------------------------------------------------ routes
 
     async def models(self, request: Request) -> Response:
+        """``GET /v1/models``: one model per profile."""
         if not self.authorized(request):
             return self.unauthorized()
         return JSONResponse(model_list(profile_ids(self.service.data_dir)))
 
     async def chat_completions(self, request: Request) -> Response:
+        """``POST /v1/chat/completions``: check the key, the body and the free
+        run slots, then answer with the agent run (streamed or whole)."""
         if not self.authorized(request):
             return self.unauthorized()
         try:
@@ -182,6 +191,7 @@ class RunResponse(Response):
         self.model = MODEL_PREFIX + profile.id
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer with the run, and free its slot when the response ends."""
         try:
             await self._answer(scope, receive, send)
         finally:
@@ -345,6 +355,7 @@ class CollapseSlashes:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on with repeated slashes in its path collapsed."""
         if scope["type"] == "http" and "//" in scope["path"]:
             scope = dict(scope, path=re.sub("/{2,}", "/", scope["path"]))
         await self.app(scope, receive, send)
@@ -365,6 +376,8 @@ class OriginGate:
         self.hosts = (LOOPBACK_HOSTS | hosts) - {""} if loopback_only else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Refuse a request from an origin (or, loopback only,
+        a host) off the allow list; pass on the rest."""
         if scope["type"] == "http":
             headers = dict(scope["headers"])
             origin = headers.get(b"origin")

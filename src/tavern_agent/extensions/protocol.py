@@ -70,10 +70,12 @@ class CallMeta:
 
     @classmethod
     def of(cls, tool_id: ToolId, ctx: CallContext) -> CallMeta:
+        """The call's identities and target as a page receives them."""
         name = ctx.model_name(str(tool_id), tool_id.name)
         return cls(ctx.run_id, ctx.invocation_id, ctx.call_id, target_of(ctx), name)
 
     def to_json(self) -> dict[str, Any]:
+        """The ``context`` object of an ``invoke`` message."""
         return {
             "runId": self.run_id,
             "invocationId": self.invocation_id,
@@ -83,6 +85,7 @@ class CallMeta:
 
 
 def descriptor_json(d: ToolDescriptor, registered_by: str, enabled: bool) -> dict[str, Any]:
+    """A tool's listing entry as the page protocol spells it."""
     return {
         "id": str(d.tool_id),
         "nativeName": d.name_hint or d.tool_id.name,
@@ -95,6 +98,7 @@ def descriptor_json(d: ToolDescriptor, registered_by: str, enabled: bool) -> dic
 
 
 def descriptor_from_json(data: Mapping[str, Any]) -> ToolDescriptor:
+    """A tool descriptor from an entry of the host's tool listing."""
     tool_id = ToolId.parse(data["id"])
     return ToolDescriptor(
         tool_id=tool_id,
@@ -107,6 +111,7 @@ def descriptor_from_json(data: Mapping[str, Any]) -> ToolDescriptor:
 
 
 def receipt_json(r: ExternalReceipt) -> dict[str, Any]:
+    """A receipt as the host sends it back over the channel."""
     return {
         "content": r.content,
         "structured": r.structured,
@@ -117,6 +122,7 @@ def receipt_json(r: ExternalReceipt) -> dict[str, Any]:
 
 
 def receipt_from_json(data: Mapping[str, Any]) -> ExternalReceipt:
+    """A receipt from the host's JSON."""
     code = data.get("errorCode")
     return ExternalReceipt(
         content=str(data.get("content", "")),
@@ -128,6 +134,7 @@ def receipt_from_json(data: Mapping[str, Any]) -> ExternalReceipt:
 
 
 def fail(code: ErrorCode, message: str, raw: Any = None) -> ExternalReceipt:
+    """An error receipt with ``code`` and the model's text ``message``."""
     return ExternalReceipt(content=message, is_error=True, error_code=code, raw=raw)
 
 
@@ -141,6 +148,7 @@ class Refused(Exception):
 
 
 def parse_message(raw: str | bytes) -> dict[str, Any]:
+    """One channel message as a JSON object; raises ``MalformedMessage`` for anything else."""
     if not isinstance(raw, str):
         raise MalformedMessage("binary message")
     try:
@@ -153,6 +161,8 @@ def parse_message(raw: str | bytes) -> dict[str, Any]:
 
 
 def invoke_request(message: dict[str, Any]) -> tuple[Any, ToolId, dict[str, Any], CallMeta]:
+    """The request id, ToolId, arguments and call identities of an ``invoke``
+    message; raises ``MalformedMessage`` when a part is missing or malformed."""
     request_id = message.get("id")
     arguments = message.get("arguments")
     ctx = message.get("context")

@@ -39,9 +39,11 @@ class NoModel:
     """The gateway of a cancellation, which never asks the model."""
 
     async def respond(self, request: ModelRequest) -> ModelReply:
+        """Always raises ``ModelError``: a cancelled run asks no model."""
         raise ModelError("a cancelled run asks no model")
 
     async def aclose(self) -> None:
+        """Nothing to free."""
         return None
 
 
@@ -52,6 +54,7 @@ class LocalEngine:
         self.gateway = gateway or NoModel()
 
     async def execute(self, run: Run, listeners: tuple[Listener, ...] = ()) -> RunResult:
+        """Run ``run`` to its end in this process, its events going to ``listeners``."""
         engine = Engine(run, self.gateway, listeners=listeners)
         try:
             return await engine.start()

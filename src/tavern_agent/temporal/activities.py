@@ -67,6 +67,7 @@ class RunLock:
         self._fd = -1
 
     async def acquire(self) -> None:
+        """Take the lock, polling until another step of the run lets it go."""
         if self._fd < 0:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         while True:
@@ -77,9 +78,11 @@ class RunLock:
                 await asyncio.sleep(LOCK_POLL)
 
     def release(self) -> None:
+        """Let the lock go (the file stays open for the next step)."""
         fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
+        """Close the lock file, which lets the lock go if it is held."""
         if self._fd >= 0:
             os.close(self._fd)  # releases the lock if held
             self._fd = -1
@@ -112,6 +115,8 @@ class UnlockedWhileAsking:
         self.moved = False
 
     async def respond(self, request: ModelRequest) -> ModelReply:
+        """The model's answer, asked with the run's lock let go; takes the lock
+        again (noting whether others journaled meanwhile) before returning."""
         lock, journal = self.lock, self.journal
         if lock is None or journal is None:
             return await self.inner.respond(request)
@@ -132,6 +137,7 @@ class UnlockedWhileAsking:
         self.moved |= journal.size() != size
 
     async def aclose(self) -> None:
+        """Close the inner gateway."""
         await self.inner.aclose()
 
 
@@ -184,6 +190,7 @@ class HeldEngine:
         return size == self.journal_bytes
 
     async def close(self) -> None:
+        """Close the engine and its gateway."""
         self.engine.close()
         await self.gateway.aclose()
 
@@ -213,12 +220,14 @@ class EngineCache:
         return None
 
     async def put(self, run_dir: str, held: HeldEngine) -> None:
+        """Put an engine back after its step, closing the oldest beyond the limit."""
         self._held[run_dir] = held
         while len(self._held) > self.limit:
             _, oldest = self._held.popitem(last=False)
             await oldest.close()
 
     async def close(self) -> None:
+        """Close every held engine."""
         while self._held:
             _, held = self._held.popitem()
             await held.close()

@@ -45,6 +45,8 @@ class TemporalEngine:
         self.activity_per_call = activity_per_call
 
     async def execute(self, run: Run, listeners: tuple[Listener, ...] = ()) -> RunResult:
+        """Start the run's workflow and follow its journal to
+        the end, passing each new event to ``listeners``."""
         from tavern_agent.temporal.workflow import WORKFLOW_NAME, RunInput, StepOutcome
 
         client = await self._client()
@@ -71,6 +73,8 @@ class TemporalEngine:
             await asyncio.wait([result], timeout=FOLLOW_EVERY)
 
     async def cancel(self, run: Run) -> RunResult:
+        """Cancel the run's workflow and return how it ended; raises
+        ``ValueError`` when the run is not a Temporal run of this server."""
         from temporalio.service import RPCError
 
         from tavern_agent.temporal.workflow import StepOutcome
