@@ -13,8 +13,10 @@ runnable example::
 
 Agent runs: :class:`RunSpec` → :meth:`Run.start` → :class:`Engine` with a
 :class:`HttpGateway` (any provider), a :class:`ReplayGateway` (a recording) or
-a :class:`ScriptedGateway` (a list of :class:`Turn`); :func:`read_events`
-reads a run's journal. Extension tools: ``@registry.tool(...)`` on
+a :class:`ScriptedGateway` (a list of :class:`Turn`); :func:`read_journal`
+reads a run's journal as :class:`JournalRecord` values holding typed events
+(:class:`ToolResultStored`, :class:`RunCompleted`, ... in
+``tavern_agent.runtime.events``). Extension tools: ``@registry.tool(...)`` on
 :data:`registry` or an :class:`ExtensionRegistry` of one's own. MCP servers:
 a :class:`Registration` saved and discovered through an :class:`McpManager`.
 """
@@ -35,13 +37,16 @@ _EXPORTS = {
     "ExtensionContext": "tavern_agent.extensions.python",
     "ExtensionRegistry": "tavern_agent.extensions.python",
     "HttpGateway": "tavern_agent.providers.gateway",
+    "JournalRecord": "tavern_agent.runtime.journal",
     "McpManager": "tavern_agent.mcp.manager",
     "ModelConfig": "tavern_agent.providers.gateway",
     "ModelProtocol": "tavern_agent.core.naming",
+    "Opaque": "tavern_agent.runtime.events",
     "Profile": "tavern_agent.core.profile",
     "Registration": "tavern_agent.mcp.registrations",
     "ReplayGateway": "tavern_agent.providers.gateway",
     "Run": "tavern_agent.runtime.run",
+    "RunCompleted": "tavern_agent.runtime.events",
     "RunResult": "tavern_agent.runtime.loop",
     "RunSpec": "tavern_agent.runtime.run",
     "Scene": "tavern_agent.core.descriptors",
@@ -49,8 +54,10 @@ _EXPORTS = {
     "ToolCall": "tavern_agent.core.calls",
     "ToolDescriptor": "tavern_agent.core.descriptors",
     "ToolId": "tavern_agent.core.ids",
+    "ToolResultStored": "tavern_agent.runtime.events",
     "Turn": "tavern_agent.runtime.scripted",
     "read_events": "tavern_agent.runtime.journal",
+    "read_journal": "tavern_agent.runtime.journal",
     "registry": "tavern_agent.extensions.python",
 }
 
