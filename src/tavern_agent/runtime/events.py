@@ -61,9 +61,11 @@ class Opaque:
 
     @property
     def level(self) -> Level:
+        """``info``: nothing is known about the event."""
         return "info"
 
     def payload(self) -> dict[str, Any]:
+        """The payload as it was read (``{}`` if it was not an object)."""
         return dict(self.raw) if isinstance(self.raw, Mapping) else {}
 
 
@@ -577,6 +579,7 @@ class TaskFinished(JournalEvent, frozen=True, kw_only=True):
 
     @property
     def level(self) -> Level:
+        """``info`` for a completed task, ``warn`` for any other ending."""
         return "info" if self.status == "completed" else "warn"
 
 

@@ -43,10 +43,13 @@ EMPTY_SHA = tree_sha(Path("/nonexistent-tree"))
 
 @dataclass(frozen=True, slots=True)
 class PersistBase:
+    """A version of the stable layer: its name (``None`` before the first) and its tree's sha."""
+
     version: str | None
     sha: str
 
     def to_json(self) -> dict[str, str | None]:
+        """The base's JSON form, as the run's persist file keeps it."""
         return {"version": self.version, "sha": self.sha}
 
 
@@ -78,6 +81,7 @@ class PersistStore:
         self.root = chat_workspace / "persist"
 
     def head(self) -> PersistBase:
+        """The current version, as ``HEAD.json`` names it (the empty tree before any)."""
         try:
             data = json.loads((self.root / HEAD_FILE).read_text(encoding="utf-8"))
         except FileNotFoundError:
