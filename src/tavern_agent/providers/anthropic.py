@@ -16,23 +16,11 @@ from typing import Any
 from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.naming import ModelProtocol
-from tavern_agent.providers.codec import (
-    CONTINUE_TEXT,
-    Messages,
-    RequestBuilder,
-    ToolChoice,
-    fill_missing_ids,
-    replayed_calls,
-    wire_schema,
-)
+from tavern_agent.providers import codec
+from tavern_agent.providers.codec import CONTINUE_TEXT, Codec, HistoryFrame, Messages, ToolChoice
 from tavern_agent.providers.ids import CallIdMap
 from tavern_agent.providers.repair import Entry, Exchange
-from tavern_agent.providers.transcript import (
-    AssistantMessage,
-    DecodedResponse,
-    FinishReason,
-    RecordedCall,
-)
+from tavern_agent.providers.transcript import DecodedResponse, FinishReason, RecordedCall
 from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 
 STOP = {
@@ -46,7 +34,7 @@ STOP = {
 _CHOICE = {"auto": "auto", "none": "none", "required": "any"}
 
 
-class AnthropicCodec(RequestBuilder):
+class AnthropicCodec(Codec):
     """The Anthropic Messages codec: ``tools``, ``tool_use`` blocks, ``tool_result`` blocks."""
 
     max_tokens_field = "max_tokens"
@@ -60,7 +48,7 @@ class AnthropicCodec(RequestBuilder):
             {
                 "name": b.model_name,
                 "description": b.descriptor.description,
-                "input_schema": {"type": "object", **wire_schema(b)},
+                "input_schema": {"type": "object", **codec.wire_schema(b)},
             }
             for b in bindings
         ]
@@ -93,7 +81,7 @@ class AnthropicCodec(RequestBuilder):
             blocks: list[dict[str, Any]] = []
             if message.text:
                 blocks.append({"type": "text", "text": message.text})
-            replayed = replayed_calls(entry, snapshot, ids)
+            replayed = codec.replayed_calls(entry, snapshot, ids)
             for r in replayed:
                 blocks.append(
                     {"type": "tool_use", "id": r.wire_id, "name": r.name, "input": r.arguments}
@@ -109,9 +97,7 @@ class AnthropicCodec(RequestBuilder):
                 results.append(block)
             add("user", results)
 
-    def history_frame(
-        self, system: str | None, first: dict[str, Any] | None
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def history_frame(self, system: str | None, first: dict[str, Any] | None) -> HistoryFrame:
         """The ``system`` field, and a leading user message
         when the history would start with the assistant."""
         top = {"system": system} if system else {}
@@ -147,8 +133,8 @@ def _decoded(
     usage: Any,
 ) -> DecodedResponse:
     finish = STOP.get(raw_finish or "", FinishReason.OTHER)
-    calls = fill_missing_ids(calls, str(message.get("id", "")))
-    return DecodedResponse(AssistantMessage(text, tuple(calls), finish), raw_finish, usage or {})
+    seed = str(message.get("id", ""))
+    return codec.decoded_response(text, calls, finish, seed, raw_finish, usage or {})
 
 
 @dataclass

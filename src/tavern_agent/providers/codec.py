@@ -11,6 +11,7 @@ reason and the transcript keeps the raw text.
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -22,7 +23,13 @@ from tavern_agent.core.results import AgentToolResult
 from tavern_agent.core.schema_adapt import NotStrictCompatible, openai_strict
 from tavern_agent.providers.ids import CallIdMap
 from tavern_agent.providers.repair import Entry, Exchange, RepairedHistory, repair
-from tavern_agent.providers.transcript import DecodedResponse, RecordedCall, Transcript
+from tavern_agent.providers.transcript import (
+    AssistantMessage,
+    DecodedResponse,
+    FinishReason,
+    RecordedCall,
+    Transcript,
+)
 from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 
 ChoiceMode = Literal["auto", "none", "required", "named"]
@@ -47,6 +54,8 @@ AUTO = ToolChoice()
 
 Messages = list[dict[str, Any]]
 """A protocol's list of history messages (or items, or contents), as JSON objects."""
+HistoryFrame = tuple[dict[str, Any], Messages]
+"""Body fields beside the history list, and the messages the list must start with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,60 +77,8 @@ class StreamDecoder(Protocol):
         """The response so far; call after the last event."""
 
 
-class Codec(Protocol):
-    """One model protocol's request and response format (see the module docstring)."""
-
-    protocol: ModelProtocol
-    history_key: str
-    """The body field that holds the history list."""
-
-    def request_head(self, model: str, max_tokens: int) -> dict[str, Any]:
-        """The model and length-cap fields of a request body."""
-
-    def encode_tools(
-        self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False
-    ) -> dict[str, Any]:
-        """The tools (and tool choice) fields of a request body."""
-
-    def encode_history(self, transcript: Transcript, snapshot: ToolSnapshot) -> EncodedHistory:
-        """Repair the transcript, then spell it as this protocol's history fields."""
-
-    def encode_entries(
-        self, entries: Sequence[Entry], snapshot: ToolSnapshot, ids: CallIdMap, out: Messages
-    ) -> None:
-        """Append the protocol messages for ``entries`` to ``out``.
-
-        A message already in ``out`` is never changed in place: merging into
-        the last one replaces it with a new dict.
-        """
-
-    def history_frame(
-        self, system: str | None, first: dict[str, Any] | None
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """Body fields beside the history list, and the messages the list must
-        start with, given the system text and the first encoded message."""
-
-    def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
-        """A whole (non-streamed) response body."""
-
-    def stream_decoder(self) -> StreamDecoder:
-        """A fresh decoder for one streamed response."""
-
-    def build_request(
-        self,
-        model: str,
-        transcript: Transcript,
-        snapshot: ToolSnapshot,
-        choice: ToolChoice = AUTO,
-        *,
-        strict: bool = False,
-        max_tokens: int = 4096,
-    ) -> dict[str, Any]:
-        """A complete request body (no network)."""
-
-
-class RequestBuilder:
-    """The shared ``encode_history`` and ``build_request``.
+class Codec(ABC):
+    """One model protocol's request and response format (see the module docstring).
 
     A codec spells history in two parts: :meth:`encode_entries` turns repaired
     entries into the protocol's list of messages (appending, and never changing
@@ -131,12 +88,43 @@ class RequestBuilder:
     :class:`~tavern_agent.providers.incremental.RequestEncoder` encode only the
     new part of a growing transcript. Codecs name the field that caps the
     answer's length; a codec whose head is not ``{model, <cap>}`` overrides
-    :meth:`request_head`.
+    :meth:`request_head`. ``encode_history`` and ``build_request`` are shared.
     """
 
     protocol: ModelProtocol
     max_tokens_field: str = "max_tokens"
     history_key: str = "messages"
+    """The body field that holds the history list."""
+
+    @abstractmethod
+    def tool_fields(
+        self, bindings: Sequence[ToolBinding], choice: ToolChoice, named: str | None, strict: bool
+    ) -> dict[str, Any]:
+        """The tools and tool choice fields for ``bindings`` (at least one); ``named`` is
+        the model name a named choice resolved to. ``strict`` is an OpenAI option."""
+
+    @abstractmethod
+    def encode_entries(
+        self, entries: Sequence[Entry], snapshot: ToolSnapshot, ids: CallIdMap, out: Messages
+    ) -> None:
+        """Append the protocol messages for ``entries`` to ``out``.
+
+        A message already in ``out`` is never changed in place: merging into
+        the last one replaces it with a new dict.
+        """
+
+    @abstractmethod
+    def history_frame(self, system: str | None, first: dict[str, Any] | None) -> HistoryFrame:
+        """Body fields beside the history list, and the messages the list must
+        start with, given the system text and the first encoded message."""
+
+    @abstractmethod
+    def decode_response(self, body: Mapping[str, Any]) -> DecodedResponse:
+        """A whole (non-streamed) response body."""
+
+    @abstractmethod
+    def stream_decoder(self) -> StreamDecoder:
+        """A fresh decoder for one streamed response."""
 
     def request_head(self, model: str, max_tokens: int) -> dict[str, Any]:
         """The model and length-cap fields of a request body."""
@@ -153,16 +141,7 @@ class RequestBuilder:
         named = resolve_choice(snapshot, choice)
         return self.tool_fields(snapshot.bindings, choice, named, strict)
 
-    def tool_fields(
-        self, bindings: Sequence[ToolBinding], choice: ToolChoice, named: str | None, strict: bool
-    ) -> dict[str, Any]:
-        """The tools and tool choice fields for ``bindings`` (at least one); ``named`` is
-        the model name a named choice resolved to. ``strict`` is an OpenAI option."""
-        raise NotImplementedError
-
-    def encode_history(
-        self: Codec, transcript: Transcript, snapshot: ToolSnapshot
-    ) -> EncodedHistory:
+    def encode_history(self, transcript: Transcript, snapshot: ToolSnapshot) -> EncodedHistory:
         """Repair the transcript, then spell it as this protocol's history fields."""
         check_protocol(snapshot, self.protocol)
         repaired = repair(transcript)
@@ -173,7 +152,7 @@ class RequestBuilder:
         return EncodedHistory({self.history_key: [*leading, *messages], **top}, ids, repaired)
 
     def build_request(
-        self: Codec,
+        self,
         model: str,
         transcript: Transcript,
         snapshot: ToolSnapshot,
@@ -277,6 +256,20 @@ def replay_name(call: RecordedCall, result: AgentToolResult, snapshot: ToolSnaps
 def result_text(result: AgentToolResult) -> str:
     """A result's model text for protocols without an error flag: errors say so first."""
     return f"Error: {result.content}" if result.is_error else result.content
+
+
+def decoded_response(
+    text: str,
+    calls: list[RecordedCall],
+    finish: FinishReason,
+    id_seed: str,
+    raw_finish: str | None,
+    usage: Any,
+) -> DecodedResponse:
+    """A decoded response; calls sent without an id get one from ``id_seed``
+    (see :func:`fill_missing_ids`)."""
+    calls = fill_missing_ids(calls, id_seed)
+    return DecodedResponse(AssistantMessage(text, tuple(calls), finish), raw_finish, usage)
 
 
 def fill_missing_ids(calls: list[RecordedCall], seed: str) -> list[RecordedCall]:

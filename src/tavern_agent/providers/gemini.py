@@ -20,23 +20,11 @@ from typing import Any
 from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.naming import ModelProtocol
-from tavern_agent.providers.codec import (
-    CONTINUE_TEXT,
-    Messages,
-    RequestBuilder,
-    ToolChoice,
-    fill_missing_ids,
-    replayed_calls,
-    wire_schema,
-)
+from tavern_agent.providers import codec
+from tavern_agent.providers.codec import CONTINUE_TEXT, Codec, HistoryFrame, Messages, ToolChoice
 from tavern_agent.providers.ids import CallIdMap
 from tavern_agent.providers.repair import Entry, Exchange
-from tavern_agent.providers.transcript import (
-    AssistantMessage,
-    DecodedResponse,
-    FinishReason,
-    RecordedCall,
-)
+from tavern_agent.providers.transcript import DecodedResponse, FinishReason, RecordedCall
 from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 
 SKIP_SIGNATURE = "skip_thought_signature_validator"
@@ -57,7 +45,7 @@ FINISH = {
 _MODE = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
 
 
-class GeminiCodec(RequestBuilder):
+class GeminiCodec(Codec):
     """The Gemini ``generateContent`` codec: function declarations,
     ``functionCall`` and ``functionResponse`` parts."""
 
@@ -74,7 +62,7 @@ class GeminiCodec(RequestBuilder):
                 "name": b.model_name,
                 "description": b.descriptor.description,
             }
-            schema = wire_schema(b)
+            schema = codec.wire_schema(b)
             if schema.get("properties"):  # an empty OBJECT is refused; leave it out
                 declaration["parameters"] = schema
             declarations.append(declaration)
@@ -102,7 +90,7 @@ class GeminiCodec(RequestBuilder):
                 parts.append({"text": message.text})
             signed = any(c.thought_signature for c in message.calls)
             responses: list[dict[str, Any]] = []
-            for n, r in enumerate(replayed_calls(entry, snapshot, ids)):
+            for n, r in enumerate(codec.replayed_calls(entry, snapshot, ids)):
                 part: dict[str, Any] = {
                     "functionCall": {"id": r.wire_id, "name": r.name, "args": r.arguments}
                 }
@@ -119,9 +107,7 @@ class GeminiCodec(RequestBuilder):
             if responses:
                 out.append({"role": "user", "parts": responses})
 
-    def history_frame(
-        self, system: str | None, first: dict[str, Any] | None
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def history_frame(self, system: str | None, first: dict[str, Any] | None) -> HistoryFrame:
         """The ``systemInstruction`` field, and a leading user
         turn when the history would start with the model."""
         top = {"systemInstruction": {"parts": [{"text": system}]}} if system else {}
@@ -182,7 +168,5 @@ class GeminiStream:
         if finish is FinishReason.STOP and self.calls:
             finish = FinishReason.TOOL_CALLS
         seed = self.response_id or self.digest.hexdigest()
-        calls = fill_missing_ids(self.calls, seed)
-        return DecodedResponse(
-            AssistantMessage("".join(self.text), tuple(calls), finish), self.finish, self.usage
-        )
+        text = "".join(self.text)
+        return codec.decoded_response(text, self.calls, finish, seed, self.finish, self.usage)

@@ -17,24 +17,11 @@ from typing import Any
 from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.naming import ModelProtocol
-from tavern_agent.providers.codec import (
-    Messages,
-    RequestBuilder,
-    ToolChoice,
-    fill_missing_ids,
-    replayed_calls,
-    result_text,
-    strict_schema,
-    wire_schema,
-)
+from tavern_agent.providers import codec
+from tavern_agent.providers.codec import Codec, HistoryFrame, Messages, ToolChoice
 from tavern_agent.providers.ids import CallIdMap
 from tavern_agent.providers.repair import Entry, Exchange
-from tavern_agent.providers.transcript import (
-    AssistantMessage,
-    DecodedResponse,
-    FinishReason,
-    RecordedCall,
-)
+from tavern_agent.providers.transcript import DecodedResponse, FinishReason, RecordedCall
 from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 
 FINISH = {
@@ -54,7 +41,7 @@ def dump_arguments(values: Mapping[str, Any]) -> str:
     return _ENCODER.encode(values)
 
 
-class OpenAIChatCodec(RequestBuilder):
+class OpenAIChatCodec(Codec):
     """The OpenAI Chat Completions codec: function tools, ``tool_calls``, ``tool`` messages."""
 
     max_tokens_field = "max_completion_tokens"
@@ -65,20 +52,20 @@ class OpenAIChatCodec(RequestBuilder):
     def tool_fields(
         self, bindings: Sequence[ToolBinding], choice: ToolChoice, named: str | None, strict: bool
     ) -> dict[str, Any]:
-        """The ``tools`` and ``tool_choice`` fields (``strict`` schemas where
-        a tool's schema allows it)."""
+        """``tools`` as ``{type: "function", function: {...}}`` entries (with a ``strict``
+        schema where asked for and the schema allows it), and ``tool_choice``."""
         tools = []
         for b in bindings:
             function: dict[str, Any] = {
                 "name": b.model_name,
                 "description": b.descriptor.description,
             }
-            strict_form = strict_schema(b) if strict else None
+            strict_form = codec.strict_schema(b) if strict else None
             if strict_form is not None:
                 function["parameters"] = strict_form
                 function["strict"] = True
             else:
-                function["parameters"] = wire_schema(b)
+                function["parameters"] = codec.wire_schema(b)
             tools.append({"type": "function", "function": function})
         tool_choice: Any = (
             {"type": "function", "function": {"name": named}} if named is not None else choice.mode
@@ -100,7 +87,7 @@ class OpenAIChatCodec(RequestBuilder):
             if not message.calls:
                 out.append({"role": "assistant", "content": message.text})
                 continue
-            replayed = replayed_calls(entry, snapshot, ids)
+            replayed = codec.replayed_calls(entry, snapshot, ids)
             calls = [
                 {
                     "id": r.wire_id,
@@ -111,12 +98,10 @@ class OpenAIChatCodec(RequestBuilder):
             ]
             out.append({"role": "assistant", "content": message.text or None, "tool_calls": calls})
             for r in replayed:
-                text = result_text(r.result)
+                text = codec.result_text(r.result)
                 out.append({"role": "tool", "tool_call_id": r.wire_id, "content": text})
 
-    def history_frame(
-        self, system: str | None, first: dict[str, Any] | None
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def history_frame(self, system: str | None, first: dict[str, Any] | None) -> HistoryFrame:
         """A leading ``system`` message when there is a system text."""
         return {}, [{"role": "system", "content": system}] if system else []
 
@@ -200,8 +185,7 @@ class OpenAIChatStream:
 def _decoded(
     text: str, calls: list[RecordedCall], raw_finish: str | None, usage: Any
 ) -> DecodedResponse:
-    calls = fill_missing_ids(calls, raw_finish or "")
     finish = FINISH.get(raw_finish or "", FinishReason.OTHER)
     if finish is FinishReason.STOP and calls:
         finish = FinishReason.TOOL_CALLS
-    return DecodedResponse(AssistantMessage(text, tuple(calls), finish), raw_finish, usage or {})
+    return codec.decoded_response(text, calls, finish, raw_finish or "", raw_finish, usage or {})

@@ -17,25 +17,12 @@ from typing import Any
 from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.naming import ModelProtocol
-from tavern_agent.providers.codec import (
-    Messages,
-    RequestBuilder,
-    ToolChoice,
-    fill_missing_ids,
-    replayed_calls,
-    result_text,
-    strict_schema,
-    wire_schema,
-)
+from tavern_agent.providers import codec
+from tavern_agent.providers.codec import Codec, HistoryFrame, Messages, ToolChoice
 from tavern_agent.providers.ids import CallIdMap
 from tavern_agent.providers.openai_chat import dump_arguments
 from tavern_agent.providers.repair import Entry, Exchange
-from tavern_agent.providers.transcript import (
-    AssistantMessage,
-    DecodedResponse,
-    FinishReason,
-    RecordedCall,
-)
+from tavern_agent.providers.transcript import DecodedResponse, FinishReason, RecordedCall
 from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 
 INCOMPLETE = {
@@ -44,7 +31,7 @@ INCOMPLETE = {
 }
 
 
-class OpenAIResponsesCodec(RequestBuilder):
+class OpenAIResponsesCodec(Codec):
     """The OpenAI Responses codec: function tools,
     ``function_call`` and ``function_call_output`` items."""
 
@@ -55,17 +42,17 @@ class OpenAIResponsesCodec(RequestBuilder):
     def tool_fields(
         self, bindings: Sequence[ToolBinding], choice: ToolChoice, named: str | None, strict: bool
     ) -> dict[str, Any]:
-        """The ``tools`` and ``tool_choice`` fields (``strict`` schemas where
-        a tool's schema allows it)."""
+        """``tools`` as flat ``{type: "function", name, …}`` items (with a ``strict`` schema
+        where asked for and the schema allows it), and ``tool_choice``."""
         tools = []
         for b in bindings:
-            strict_form = strict_schema(b) if strict else None
+            strict_form = codec.strict_schema(b) if strict else None
             tools.append(
                 {
                     "type": "function",
                     "name": b.model_name,
                     "description": b.descriptor.description,
-                    "parameters": strict_form or wire_schema(b),
+                    "parameters": strict_form or codec.wire_schema(b),
                     "strict": strict_form is not None,
                 }
             )
@@ -84,7 +71,7 @@ class OpenAIResponsesCodec(RequestBuilder):
             message = entry.message
             if message.text or not message.calls:
                 out.append({"role": "assistant", "content": message.text})
-            replayed = replayed_calls(entry, snapshot, ids)
+            replayed = codec.replayed_calls(entry, snapshot, ids)
             for r in replayed:
                 out.append(
                     {
@@ -95,12 +82,10 @@ class OpenAIResponsesCodec(RequestBuilder):
                     }
                 )
             for r in replayed:
-                output = result_text(r.result)
+                output = codec.result_text(r.result)
                 out.append({"type": "function_call_output", "call_id": r.wire_id, "output": output})
 
-    def history_frame(
-        self, system: str | None, first: dict[str, Any] | None
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def history_frame(self, system: str | None, first: dict[str, Any] | None) -> HistoryFrame:
         """The ``instructions`` field when there is a system text."""
         return ({"instructions": system} if system else {}), []
 
@@ -139,12 +124,9 @@ def _decoded(response: Mapping[str, Any], text: str, calls: list[RecordedCall]) 
         finish = FinishReason.OTHER
     else:
         finish = FinishReason.TOOL_CALLS if calls else FinishReason.STOP
-    calls = fill_missing_ids(calls, str(response.get("id", "")))
-    return DecodedResponse(
-        AssistantMessage(text, tuple(calls), finish),
-        reason or status,
-        response.get("usage") or {},
-    )
+    seed = str(response.get("id", ""))
+    usage = response.get("usage") or {}
+    return codec.decoded_response(text, calls, finish, seed, reason or status, usage)
 
 
 @dataclass
