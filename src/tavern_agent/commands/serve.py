@@ -35,11 +35,13 @@ def endpoint_options(
     origins: Sequence[str],
     max_concurrent_runs: int,
     heartbeat: float = 10.0,
+    names: tuple[str | None, str | None] = (None, None),
 ) -> EndpointOptions:
     """The agent endpoint's options from ``serve``'s flags, checked before anything listens."""
     # Starlette only when the endpoint is served
     from tavern_agent.endpoint.app import EndpointSettings
     from tavern_agent.endpoint.keys import EndpointKeyError, key_from_env, key_path, load_or_create
+    from tavern_agent.endpoint.protocol import Names
     from tavern_agent.endpoint.serve import EndpointOptions
     from tavern_agent.endpoint.server import EndpointServer
 
@@ -66,8 +68,16 @@ def endpoint_options(
         loopback_only=host in LOOPBACK_HOSTS,
         heartbeat_seconds=heartbeat,
     )
+    user, character = (name.strip() or None if name else None for name in names)
     return EndpointOptions(
-        data_dir, gateway, record, ModelProtocol(protocol), settings, note, server
+        data_dir,
+        gateway,
+        record,
+        ModelProtocol(protocol),
+        settings,
+        note,
+        server,
+        Names(user, character),
     )
 
 
@@ -146,6 +156,16 @@ def endpoint_options(
     help="Endpoint runs at once; more get 503 with Retry-After.",
 )
 @click.option(
+    "--user-name",
+    default=None,
+    help="The user's name in endpoint chats when a request does not say it.",
+)
+@click.option(
+    "--character-name",
+    default=None,
+    help="The character's name in endpoint chats when a request does not say it.",
+)
+@click.option(
     "--heartbeat",
     type=click.FloatRange(min=0.05),
     default=10.0,
@@ -168,6 +188,8 @@ def serve_command(
     host: str,
     endpoint_key_env: str | None,
     max_concurrent_runs: int,
+    user_name: str | None,
+    character_name: str | None,
     heartbeat: float,
 ) -> None:
     """Run the extension host and, with --model or --replay, the agent endpoint.
@@ -201,6 +223,7 @@ def serve_command(
             origins=origins,
             max_concurrent_runs=max_concurrent_runs,
             heartbeat=heartbeat,
+            names=(user_name, character_name),
         )
 
     async def run() -> None:

@@ -47,15 +47,18 @@ from tavern_agent.endpoint.keys import REFUSED_KEYS
 from tavern_agent.endpoint.protocol import (
     MODEL_PREFIX,
     CompletionRequest,
+    FrontendChat,
     RequestError,
     bad_request,
     chunk,
     completion,
     completion_id,
     error_body,
+    frontend_chat,
     model_list,
     now,
     parse_request,
+    without_speaker,
 )
 from tavern_agent.endpoint.run_page import RunPages
 from tavern_agent.endpoint.runs import (
@@ -161,6 +164,7 @@ class Endpoint:
         try:
             parsed = parse_request(await self.body(request))
             profile = profile_for(parsed.model, self.service.data_dir)
+            chat = frontend_chat(parsed, self.service.names)
         except RequestError as exc:
             return refusal(exc)
         except ClientDisconnect:
@@ -175,16 +179,19 @@ class Endpoint:
                 {"Retry-After": str(RETRY_AFTER_SECONDS)},
             )
         self.active += 1  # taken before any await, so the limit is exact; freed by the response
-        return RunResponse(self, parsed, profile)
+        return RunResponse(self, parsed, chat, profile)
 
 
 class RunResponse(Response):
     """Runs the request's agent run while it answers, and cancels it if the client leaves."""
 
-    def __init__(self, endpoint: Endpoint, request: CompletionRequest, profile: Profile) -> None:
+    def __init__(
+        self, endpoint: Endpoint, request: CompletionRequest, chat: FrontendChat, profile: Profile
+    ) -> None:
         super().__init__()
         self.endpoint = endpoint
         self.request = request
+        self.chat = chat
         self.profile = profile
         self.cid = completion_id()
         self.created = now()
@@ -206,7 +213,7 @@ class RunResponse(Response):
         if stream:  # the client sees the answer begin before the run's input is prepared
             await self._open_stream(send, run_id)
         try:
-            engine = service.start(self.request, self.profile, progress, run_id)
+            engine = service.start(self.chat, self.profile, progress, run_id)
         except (OSError, ValueError) as exc:
             log.warning("agent endpoint: cannot start a run: %s", exc)
             text = f"The run could not start: {exc}"
@@ -243,7 +250,7 @@ class RunResponse(Response):
         send: Send,
     ) -> None:
         result = await task
-        message = committed_message(engine.run, result)
+        message = self._reply(engine, result)
         if message is None:
             status, body = failure(result)
             response: Response = JSONResponse(body, status)
@@ -251,6 +258,11 @@ class RunResponse(Response):
             payload = completion(self.cid, self.created, self.model, message, progress.usage)
             response = JSONResponse(payload, headers={"X-Tavern-Agent-Run": result.run_id})
         await response({"type": "http"}, _no_receive, send)
+
+    def _reply(self, engine: Engine, result: RunResult) -> str | None:
+        """The committed message, without a ``Name: `` the frontend adds itself."""
+        message = committed_message(engine.run, result)
+        return None if message is None else without_speaker(message, self.chat.character)
 
     def _chunk(self, delta: dict[str, Any], **more: Any) -> dict[str, Any]:
         return chunk(self.cid, self.created, self.model, delta, **more)
@@ -292,7 +304,7 @@ class RunResponse(Response):
                 break
             await _event(send, self._chunk({"reasoning_content": line + "\n"}))
         result = task.result()
-        message = committed_message(engine.run, result)
+        message = self._reply(engine, result)
         if message is None:
             await self._close_stream(send, failure(result)[1])
             return

@@ -10,6 +10,7 @@ is refused: a client that sends ``"stream": "yes"`` learns it at once.
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from collections.abc import Mapping, Sequence
@@ -59,6 +60,14 @@ class Message:
 
 
 @dataclass(frozen=True, slots=True)
+class Names:
+    """Who speaks in the chat: the user's and the character's names (``None``: not said)."""
+
+    user: str | None = None
+    character: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CompletionRequest:
     """What the agent uses of a chat completion request."""
 
@@ -66,16 +75,144 @@ class CompletionRequest:
     model: str | None
     stream: bool
     include_usage: bool
+    names: Names = Names()  # the request's ``user_name`` / ``character_name`` fields
 
     @property
     def system_texts(self) -> list[str]:
         """The frontend's context: its system (and developer) messages, in order."""
-        return [m.content for m in self.messages if m.role in ("system", "developer") and m.content]
+        return [m.content for m in self.messages if m.role in SYSTEM_ROLES and m.content]
 
     @property
     def floors(self) -> list[Message]:
         """The chat: user and assistant messages, in order."""
         return [m for m in self.messages if m.role in ("user", "assistant")]
+
+
+SYSTEM_ROLES = ("system", "developer")
+# SillyTavern's example dialogue: system messages under these names.
+EXAMPLE_USER, EXAMPLE_CHARACTER = "example_user", "example_assistant"
+# SillyTavern's default main prompt after its macros are expanded.
+_MAIN_PROMPT = re.compile(
+    r"Write (?P<character>[^\n]{1,100}?)'s next reply in a fictional chat between "
+    r"(?:[^\n]{1,300}?) and (?P<user>[^\n]{1,100}?)\."
+)
+# SillyTavern's "names in message content" style: "Seraphina: text".
+_NAME_PREFIX = re.compile(r"(?P<name>[^\n:]{1,64}): ")
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """One message of the chat: ``user``, ``assistant`` or ``note`` (a system line in it)."""
+
+    kind: str
+    name: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class FrontendChat:
+    """A request read as SillyTavern assembled it.
+
+    ``context``: the system messages before the chat (card, world info,
+    example dialogue with its speakers named); ``floors``: the chat, with the
+    system messages inside it (an author's note, a ``/sys`` line) kept at
+    their place as notes; ``after``: the system messages after the last floor.
+    """
+
+    user: str
+    character: str
+    context: tuple[str, ...]
+    floors: tuple[Floor, ...]
+    after: tuple[str, ...]
+
+
+def frontend_chat(request: CompletionRequest, defaults: Names = Names()) -> FrontendChat:
+    """The request's chat, context and speakers' names.
+
+    A name comes from, in order: the request's ``user_name``/``character_name``
+    fields, the messages' ``name`` fields, SillyTavern's "names in message
+    content" style (every floor starts with ``Name: ``; the prefixes are
+    removed), the names SillyTavern's default main prompt states, ``defaults``
+    (``serve --user-name/--character-name``), else "User" and "Assistant".
+    """
+    messages = [m for m in request.messages if m.role in ("user", "assistant", *SYSTEM_ROLES)]
+    at = [i for i, m in enumerate(messages) if m.role in ("user", "assistant")]
+    first, last = (at[0], at[-1]) if at else (len(messages), len(messages))
+    chat = messages[first : last + 1]
+    prefixes = _content_names([m for m in chat if m.role in ("user", "assistant")])
+    stated = _stated_names([m.content for m in messages[:first] if m.role in SYSTEM_ROLES])
+
+    def side(role: str, given: str | None, default: str | None, fallback: str) -> str:
+        named = next((m.name for m in chat if m.role == role and m.name), None)
+        from_prefix = next((p for m, p in prefixes if m.role == role), None) if prefixes else None
+        said = stated.user if role == "user" else stated.character
+        return given or named or from_prefix or said or default or fallback
+
+    user = side("user", request.names.user, defaults.user, "User")
+    character = side("assistant", request.names.character, defaults.character, "Assistant")
+    speakers = {EXAMPLE_USER: user, EXAMPLE_CHARACTER: character}
+    floors: list[Floor] = []
+    for m in chat:
+        if m.role in SYSTEM_ROLES:
+            if m.content:
+                floors.append(Floor("note", m.name or "System", m.content))
+            continue
+        text, name = m.content, m.name
+        if prefixes:
+            prefix = next(p for n, p in prefixes if n is m)
+            text, name = text[len(prefix) + 2 :], name or prefix
+        floors.append(Floor(m.role, name or (user if m.role == "user" else character), text))
+
+    def system(part: list[Message]) -> tuple[str, ...]:
+        return tuple(_named(m, speakers) for m in part if m.role in SYSTEM_ROLES and m.content)
+
+    return FrontendChat(
+        user, character, system(messages[:first]), tuple(floors), system(messages[last + 1 :])
+    )
+
+
+def _named(message: Message, speakers: Mapping[str, str]) -> str:
+    """A system message's text, led by its speaker when it names one."""
+    if not message.name:
+        return message.content
+    name = speakers.get(message.name, message.name)
+    return (
+        message.content if message.content.startswith(f"{name}: ") else f"{name}: {message.content}"
+    )
+
+
+def _content_names(floors: Sequence[Message]) -> list[tuple[Message, str]]:
+    """Each floor's ``Name: `` prefix when the request uses that style throughout, else ``[]``.
+
+    Every floor must start with one, and the user's floors with the same
+    one: a single message that happens to begin "Note: " is not a name.
+    """
+    found = []
+    for m in floors:
+        match = _NAME_PREFIX.match(m.content)
+        if match is None or m.name not in (None, match["name"]):
+            return []
+        found.append((m, match["name"]))
+    users = {p for m, p in found if m.role == "user"}
+    characters = {p for m, p in found if m.role == "assistant"}
+    if len(found) < 2 or len(users) > 1 or users & characters:
+        return []
+    return found
+
+
+def _stated_names(system_texts: Sequence[str]) -> Names:
+    """The names SillyTavern's default main prompt states, if it is there."""
+    for text in system_texts:
+        match = _MAIN_PROMPT.search(text)
+        if match is not None:
+            return Names(match["user"].strip(), match["character"].strip())
+    return Names()
+
+
+def without_speaker(reply: str, name: str) -> str:
+    """The reply without a leading ``Name: `` the frontend would show a second time."""
+    prefix = f"{name}: "
+    return reply[len(prefix) :].lstrip() if reply.startswith(prefix) else reply
 
 
 def _content_text(content: Any, where: str) -> str:
@@ -144,7 +281,13 @@ def parse_request(data: bytes) -> CompletionRequest:
     for key in ("max_tokens", "max_completion_tokens", "n", "seed"):
         _optional(body, key, int, "an integer")
     include_usage = bool(options and options.get("include_usage") is True)
-    return CompletionRequest(messages, model or None, bool(stream), include_usage)
+    user = _optional(body, "user_name", str, "a string")
+    character = _optional(body, "character_name", str, "a string")
+    names = Names(
+        well_formed(user.strip()) or None if user else None,
+        well_formed(character.strip()) or None if character else None,
+    )
+    return CompletionRequest(messages, model or None, bool(stream), include_usage, names)
 
 
 # ---------------------------------------------------------------- responses

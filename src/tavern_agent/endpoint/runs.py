@@ -1,9 +1,11 @@
 """A chat completion request becomes an agent run.
 
 The request's user and assistant messages become a SillyTavern chat file
-(floors 0, 1, … in order) written into the run's own folder; its system
-messages (the character card, world info and notes as the frontend assembled
-them) become the run's task text, the frontend's context. The run is started
+(floors 0, 1, … in order) written into the run's own folder, with the system
+messages inside the chat (an author's note, a ``/sys`` line) kept at their
+place as narrator lines; the system messages around the chat (the character
+card, world info, example dialogue as the frontend assembled them) become the
+run's task text, the frontend's context. The run is started
 and driven exactly as ``tavern-agent run`` does it (``Run.start`` on the serve
 process's one :class:`~tavern_agent.assembly.Assembly`, then an
 :class:`~tavern_agent.runtime.loop.Engine`), so every request is a journaled
@@ -27,7 +29,8 @@ from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import BUILTIN_PROFILE_IDS, Profile, ProfileError
 from tavern_agent.endpoint.protocol import (
     MODEL_PREFIX,
-    CompletionRequest,
+    FrontendChat,
+    Names,
     RequestError,
     add_usage,
 )
@@ -40,9 +43,8 @@ from tavern_agent.runtime.run import Run, RunSpec, new_run_id
 from tavern_agent.workspace.layout import chat_workspace_id
 
 DEFAULT_PROFILE = "default-writer"
-USER_NAME = "User"
-CHARACTER_NAME = "Assistant"
 CONTEXT_HEADING = "## The chat frontend's context (character, world info, notes)"
+AFTER_HEADING = "## The chat frontend's notes after the chat"
 
 
 def profile_ids(data_dir: Path) -> list[str]:
@@ -68,33 +70,37 @@ def profile_for(model: str | None, data_dir: Path) -> Profile:
         raise RequestError(500, str(exc), kind="server_error", code="profile_invalid") from None
 
 
-def chat_bytes(request: CompletionRequest, integrity: str) -> bytes:
-    """The request's user and assistant messages as a SillyTavern chat file."""
-    floors = request.floors
-    user = next((m.name for m in floors if m.role == "user" and m.name), USER_NAME)
-    character = next((m.name for m in floors if m.role == "assistant" and m.name), CHARACTER_NAME)
+def chat_bytes(chat: FrontendChat, integrity: str) -> bytes:
+    """The request's chat as a SillyTavern chat file; its notes as SillyTavern's narrator lines."""
     date = send_date()
     header = {
-        "user_name": user,
-        "character_name": character,
+        "user_name": chat.user,
+        "character_name": chat.character,
         "create_date": str(date),
         "chat_metadata": {"integrity": integrity},
     }
     lines = [encode_line(header)]
-    for m in floors:
-        is_user = m.role == "user"
-        name = m.name or (user if is_user else character)
-        record = {"name": name, "is_user": is_user, "send_date": date, "mes": m.content}
-        lines.append(encode_line(record | {"extra": {}}))
+    for floor in chat.floors:
+        is_user = floor.kind == "user"
+        record = {"name": floor.name, "is_user": is_user, "send_date": date, "mes": floor.text}
+        if floor.kind == "note":
+            record |= {"is_system": False, "extra": {"type": "narrator"}}
+        else:
+            record |= {"extra": {}}
+        lines.append(encode_line(record))
     return b"\n".join(lines) + b"\n"
 
 
-def task_text(request: CompletionRequest) -> str:
+def task_text(chat: FrontendChat) -> str:
     """The run's task: the frontend's system messages as context, then the job."""
-    context = "\n\n".join(request.system_texts)
-    if not context:
+    parts = []
+    if chat.context:
+        parts.append(CONTEXT_HEADING + "\n" + "\n\n".join(chat.context))
+    if chat.after:
+        parts.append(AFTER_HEADING + "\n" + "\n\n".join(chat.after))
+    if not parts:
         return ""
-    return f"{CONTEXT_HEADING}\n{context}\n\nWrite the next reply."
+    return "\n\n".join(parts) + "\n\nWrite the next reply."
 
 
 @dataclass
@@ -132,6 +138,7 @@ class AgentService:
     model_record: dict[str, Any]
     protocol: ModelProtocol = ModelProtocol.OPENAI_CHAT
     fsync: bool = True
+    names: Names = field(default_factory=Names)  # serve --user-name / --character-name
 
     @property
     def data_dir(self) -> Path:
@@ -139,7 +146,7 @@ class AgentService:
 
     def start(
         self,
-        request: CompletionRequest,
+        chat: FrontendChat,
         profile: Profile,
         progress: RunProgress,
         run_id: str | None = None,
@@ -151,12 +158,12 @@ class AgentService:
         chat_file = run_root / run_layout.FRONTEND_CHAT_FILE
         # No fsync (it was a tenth of the endpoint's own cost): Run.start freezes what
         # the run reads durably, and a commit rewrites the whole file durably.
-        atomic_write(chat_file, chat_bytes(request, integrity), durable=False)
+        atomic_write(chat_file, chat_bytes(chat, integrity), durable=False)
         spec = RunSpec(
             profile,
             self.protocol,
             chat_file=chat_file,
-            task=task_text(request),
+            task=task_text(chat),
             model=self.model_record,
         )
         run = Run.start(self.assembly, spec, run_id)

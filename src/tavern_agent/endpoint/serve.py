@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ import click
 from tavern_agent.assembly import Assembly
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.endpoint.app import EndpointSettings, create_app
-from tavern_agent.endpoint.protocol import MODEL_PREFIX
+from tavern_agent.endpoint.protocol import MODEL_PREFIX, Names
 from tavern_agent.endpoint.runs import AgentService, profile_ids
 from tavern_agent.endpoint.server import EndpointServer
 from tavern_agent.providers.gateway import ModelGateway
@@ -33,6 +33,7 @@ class EndpointOptions:
     settings: EndpointSettings
     key_note: str  # how the key is shown at start
     server: EndpointServer
+    names: Names = field(default_factory=Names)  # --user-name, --character-name
 
 
 async def serve_endpoint(options: EndpointOptions, stop: asyncio.Event) -> None:
@@ -40,7 +41,11 @@ async def serve_endpoint(options: EndpointOptions, stop: asyncio.Event) -> None:
     try:
         async with await Assembly.open(options.data_dir) as assembly:
             service = AgentService(
-                assembly, options.gateway, options.model_record, options.protocol
+                assembly,
+                options.gateway,
+                options.model_record,
+                options.protocol,
+                names=options.names,
             )
             url = await options.server.start(create_app(service, options.settings))
             models = ", ".join(MODEL_PREFIX + i for i in profile_ids(options.data_dir))
