@@ -49,8 +49,8 @@ from tavern_agent import run_layout
 from tavern_agent.core.redact import Redactor
 from tavern_agent.endpoint.keys import REFUSED_KEYS
 from tavern_agent.extensions.remote import HostFiles
-from tavern_agent.runtime.journal import Event, JournalTail
-from tavern_agent.runtime.loop import TERMINAL
+from tavern_agent.runtime import events as ev
+from tavern_agent.runtime.journal import JournalRecord, JournalTail
 from tavern_agent.runtime.run import RunNotFound, all_runs, find_run
 from tavern_agent.runtime.summary import run_summary
 from tavern_agent.workspace.layout import DataRoot
@@ -264,15 +264,15 @@ class RunPages:
         quiet = 0.0
         ended = False
         while not ended:
-            events = tail.new_events()
-            for event in events:
-                shown = redactor.value(with_arguments(run_dir, event))
+            records = tail.new_records()
+            for record in records:
+                shown = redactor.value(with_arguments(run_dir, record))
                 text = json.dumps(shown, ensure_ascii=False)
-                yield f"id: {event['seq']}\ndata: {text}\n\n".encode()
-                ended = ended or event["type"] in TERMINAL
+                yield f"id: {record.seq}\ndata: {text}\n\n".encode()
+                ended = ended or isinstance(record.event, ev.RunEnded)
             if ended:
                 break
-            if events:
+            if records:
                 quiet = 0.0
             elif quiet >= KEEP_ALIVE_SECONDS:
                 quiet = 0.0
@@ -282,17 +282,19 @@ class RunPages:
         yield b"event: end\ndata: {}\n\n"
 
 
-def with_arguments(run_dir: Path, event: Event) -> Event:
-    """A call's request with its arguments inline, read from their file when they are large."""
-    payload = event.get("payload") or {}
-    ref = payload.get("argumentsRef")
-    if event.get("type") != "tool_call_requested" or payload.get("arguments") or not ref:
-        return event
+def with_arguments(run_dir: Path, record: JournalRecord) -> dict[str, Any]:
+    """A record as its line's object; a call's request with its arguments inline, read from
+    their file when they are large."""
+    line = record.to_json()
+    event = record.event
+    if not isinstance(event, ev.ToolCallRequested) or event.arguments or not event.arguments_ref:
+        return line
     try:
-        arguments = json.loads((run_dir / ref).read_text(encoding="utf-8"))
+        arguments = json.loads((run_dir / event.arguments_ref).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return event
-    return dict(event, payload=dict(payload, arguments=arguments))
+        return line
+    line["payload"]["arguments"] = arguments
+    return line
 
 
 def spilled_files(run_dir: Path) -> list[str]:

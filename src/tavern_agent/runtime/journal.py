@@ -78,7 +78,8 @@ class JournalRecord:
             "timestamp": self.timestamp,
             "level": self.level,
             "type": self.event.kind,
-            "payload": self.event.payload(),
+            # an opaque event's payload as it was read (it may not even be an object)
+            "payload": self.event.raw if isinstance(self.event, Opaque) else self.event.payload(),
         }
 
 
@@ -195,17 +196,10 @@ class Journal:
             level or event.level,
             event,
         )
-        payload = event.raw if isinstance(event, Opaque) else event.payload()
-        line = {
-            "seq": record.seq,
-            "id": record.id,
-            "runId": record.run_id,
-            "timestamp": record.timestamp,
-            "level": record.level,
-            "type": event.kind,
-            "payload": payload,
-        }
-        data = json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+        data = (
+            json.dumps(record.to_json(), ensure_ascii=False, separators=(",", ":"), default=str)
+            + "\n"
+        )
         self._write(data.encode("utf-8", "surrogatepass"))
         self.seq = record.seq
         self._unsynced = True
