@@ -8,8 +8,9 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -29,7 +30,7 @@ from tavern_agent.config import resolve_profile
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
-from tavern_agent.mcp.approval import approver_for
+from tavern_agent.mcp.approval import Approver, approver_for
 from tavern_agent.providers.choice import BASE_URL_ENV
 from tavern_agent.providers.gateway import ModelGateway
 from tavern_agent.runtime import events as ev
@@ -168,29 +169,7 @@ def temporal_options(f: Any) -> Any:
 @temporal_options
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON, no progress.")
 @click.pass_context
-def run_command(
-    ctx: click.Context,
-    chat_file: str | None,
-    character: str | None,
-    worlds: tuple[Path, ...],
-    st_data: Path | None,
-    group: str | None,
-    profile_spec: str,
-    model: str | None,
-    replay: Path | None,
-    session: str | None,
-    resume_id: str | None,
-    task: str,
-    base_url: str | None,
-    protocol: str,
-    api_key_env: str,
-    seed: int | None,
-    mcp_ask: str,
-    engine_name: str,
-    temporal: str | None,
-    task_queue: str | None,
-    as_json: bool,
-) -> None:
+def run_command(ctx: click.Context, /, **flags: Any) -> None:
     """Run an agent on CHAT_FILE (a SillyTavern .jsonl) until it finishes.
 
     With --st-data DIR (SillyTavern's data/<user>/ folder), CHAT_FILE is the
@@ -204,106 +183,207 @@ def run_command(
     Progress shows each round and tool call; the committed message is printed
     at the end. Ctrl-C cancels cleanly; --resume RUN continues.
     """
-    if model is not None and replay is not None:
-        raise click.UsageError("--model and --replay exclude each other")
+    given = RunFlags(**flags)
+    given.check()
     data_dir: Path = ctx.obj["data_dir"]
-    if engine_name == "temporal" and temporal is None:
-        raise click.UsageError("--engine temporal needs --temporal HOST:PORT")
-    if engine_name == "temporal" and resume_id is not None:
-        raise click.UsageError("a Temporal run resumes by itself; follow it with runs show")
     console = Console(highlight=False, soft_wrap=True)
+    if given.resume_id is not None:
+        start = _to_resume(data_dir, given.resume_id)
+    else:
+        start = _new_run(data_dir, given)
+    run, result = _execute(data_dir, given, start, console)
+    _report(console, run, result, given.as_json)
+    code = 0 if result.status in ("completed", "partial_success") else 1
+    if given.engine_name == "temporal":
+        exit_after_temporal(code)
+    if code:
+        sys.exit(code)
+
+
+@dataclass(frozen=True)
+class RunFlags:
+    """The arguments and options of one ``run`` command, as click parsed them."""
+
+    chat_file: str | None
+    character: str | None
+    worlds: tuple[Path, ...]
+    st_data: Path | None
+    group: str | None
+    profile_spec: str
+    model: str | None
+    replay: Path | None
+    session: str | None
+    resume_id: str | None
+    task: str
+    base_url: str | None
+    protocol: str
+    api_key_env: str
+    seed: int | None
+    mcp_ask: str
+    engine_name: str
+    temporal: str | None
+    task_queue: str | None
+    as_json: bool
+
+    def check(self) -> None:
+        """The combinations of flags that cannot work, as usage errors."""
+        if self.model is not None and self.replay is not None:
+            raise click.UsageError("--model and --replay exclude each other")
+        if self.engine_name == "temporal" and self.temporal is None:
+            raise click.UsageError("--engine temporal needs --temporal HOST:PORT")
+        if self.engine_name == "temporal" and self.resume_id is not None:
+            raise click.UsageError("a Temporal run resumes by itself; follow it with runs show")
+
+    def model_gateway(
+        self, record: dict[str, Any] | None = None
+    ) -> tuple[ModelGateway, dict[str, Any]]:
+        """The model these flags name (``record``: a resumed run's, where no flag is given)."""
+        return chosen_model(
+            self.model, self.replay, self.base_url, self.protocol, self.api_key_env, record
+        )
+
+
+@dataclass(frozen=True)
+class Start:
+    """A new run's spec and model, or the folder of the run to resume."""
+
     spec: RunSpec | None = None
     gateway: ModelGateway | None = None
     run_dir: Path | None = None
-    if resume_id is not None:
-        try:
-            run_dir = find_run(DataRoot(data_dir), resume_id)
-        except RunNotFound as exc:
-            raise click.UsageError(str(exc)) from None
-    else:
-        if chat_file is None and session is None and st_data is None:
-            raise click.UsageError("give CHAT_FILE, --st-data DIR, --session NAME or --resume RUN")
-        try:
-            profile: Profile = resolve_profile(profile_spec, data_dir)
-        except ProfileError as exc:
-            raise click.UsageError(str(exc)) from None
-        source = chat_source(
-            st_data, chat_file, character=character, group=group, world_files=worlds, seed=seed
-        )
-        gateway, record = chosen_model(model, replay, base_url, protocol, api_key_env)
-        spec = RunSpec(
-            profile,
-            ModelProtocol(protocol),
-            chat_file=source.chat_file if source is not None else None,
-            session=session,
-            seed=seed,
-            task=task,
-            model=record,
-            chat=source,
-        )
-    approver = approver_for(mcp_ask)
-    holder: dict[str, Any] = {}
 
-    async def drive() -> RunResult:
-        async with await Assembly.open(data_dir, approver=approver) as assembly:
-            if run_dir is not None:
-                try:
-                    run = Run.open(assembly, run_dir)
-                except (RunNotFound, ProfileError) as exc:
-                    raise click.UsageError(str(exc)) from None
-                own, _ = chosen_model(
-                    model, replay, base_url, protocol, api_key_env, run.record.get("model")
-                )
-            else:
-                assert spec is not None and gateway is not None
-                try:
-                    run = Run.start(assembly, spec)
-                except OSError as exc:
-                    raise click.ClickException(
-                        f"{ErrorCode.RUN_STORAGE_FAILED}: cannot create the run: {exc}"
-                    ) from None
-                except (ChatFormatError, ValueError) as exc:
-                    raise click.UsageError(str(exc)) from None
-                own = gateway
-            listeners = () if as_json else (Progress(console, run.run_dir),)
-            holder["run"] = run
-            if temporal is not None and engine_name == "temporal":
-                await own.aclose()  # the workers ask the model the run's record names
-                try:
-                    remote = TemporalEngine(temporal, task_queue=task_queue)
-                    return await remote.execute(run, listeners)
-                except ValueError as exc:
-                    raise click.UsageError(str(exc)) from None
-            try:
-                engine = holder["engine"] = Engine(run, own, listeners=listeners)
-                return await (engine.resume() if run_dir is not None else engine.start())
-            except OSError as exc:  # before the loop took over (it ends its own failures)
-                code = ErrorCode.RUN_STORAGE_FAILED.value
-                return RunResult(run.id, "failed", 0, 0, code, f"{type(exc).__name__}: {exc}")
-            finally:
-                await own.aclose()
 
+@dataclass
+class Live:
+    """The run and its local engine once they exist: Ctrl-C and the end close them."""
+
+    run: Run | None = None
+    engine: Engine | None = None
+
+
+def _to_resume(data_dir: Path, resume_id: str) -> Start:
+    try:
+        return Start(run_dir=find_run(DataRoot(data_dir), resume_id))
+    except RunNotFound as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _new_run(data_dir: Path, flags: RunFlags) -> Start:
+    """The spec of a new run from the flags, and the gateway to its model."""
+    if flags.chat_file is None and flags.session is None and flags.st_data is None:
+        raise click.UsageError("give CHAT_FILE, --st-data DIR, --session NAME or --resume RUN")
+    try:
+        profile: Profile = resolve_profile(flags.profile_spec, data_dir)
+    except ProfileError as exc:
+        raise click.UsageError(str(exc)) from None
+    source = chat_source(
+        flags.st_data,
+        flags.chat_file,
+        character=flags.character,
+        group=flags.group,
+        world_files=flags.worlds,
+        seed=flags.seed,
+    )
+    gateway, record = flags.model_gateway()
+    spec = RunSpec(
+        profile,
+        ModelProtocol(flags.protocol),
+        chat_file=source.chat_file if source is not None else None,
+        session=flags.session,
+        seed=flags.seed,
+        task=flags.task,
+        model=record,
+        chat=source,
+    )
+    return Start(spec=spec, gateway=gateway)
+
+
+def _execute(
+    data_dir: Path, flags: RunFlags, start: Start, console: Console
+) -> tuple[Run, RunResult]:
+    """Drive the run to its end; Ctrl-C stops it (or stops following a Temporal run)."""
+    approver = approver_for(flags.mcp_ask)
+    live = Live()
     try:
         with index_progress.shown():  # a bar on stderr if chat_search waits for its index
-            result = asyncio.run(drive())
+            result = asyncio.run(_drive(data_dir, approver, flags, start, console, live))
     except KeyboardInterrupt:
-        if engine_name == "temporal" and "run" in holder:
-            run_id = holder["run"].id
-            console.print(f"[yellow]stopped following[/]: the run goes on; runs cancel {run_id}")
-            sys.exit(130)
-        if "engine" in holder:
-            holder["engine"].close()
-            console.print(f"[yellow]cancelled[/]: resume with --resume {holder['run'].id}")
-        sys.exit(130)
+        _interrupted(console, flags, live)
     except ResumeRefused as exc:
-        holder["engine"].close()
+        if live.engine is not None:
+            live.engine.close()
         raise click.ClickException(str(exc)) from None
     finally:
-        if gateway is not None and "engine" not in holder:
-            asyncio.run(gateway.aclose())
-    run = holder["run"]
-    if "engine" in holder:
-        holder["engine"].close()
+        if start.gateway is not None and live.engine is None:
+            asyncio.run(start.gateway.aclose())
+    if live.engine is not None:
+        live.engine.close()
+    assert live.run is not None  # set before a result exists
+    return live.run, result
+
+
+def _interrupted(console: Console, flags: RunFlags, live: Live) -> NoReturn:
+    if flags.engine_name == "temporal" and live.run is not None:
+        run_id = live.run.id
+        console.print(f"[yellow]stopped following[/]: the run goes on; runs cancel {run_id}")
+        sys.exit(130)
+    if live.engine is not None:
+        live.engine.close()
+        console.print(f"[yellow]cancelled[/]: resume with --resume {live.engine.run.id}")
+    sys.exit(130)
+
+
+async def _drive(
+    data_dir: Path,
+    approver: Approver,
+    flags: RunFlags,
+    start: Start,
+    console: Console,
+    live: Live,
+) -> RunResult:
+    async with await Assembly.open(data_dir, approver=approver) as assembly:
+        run, own = _open_run(assembly, flags, start)
+        listeners = () if flags.as_json else (Progress(console, run.run_dir),)
+        live.run = run
+        if flags.temporal is not None and flags.engine_name == "temporal":
+            await own.aclose()  # the workers ask the model the run's record names
+            try:
+                remote = TemporalEngine(flags.temporal, task_queue=flags.task_queue)
+                return await remote.execute(run, listeners)
+            except ValueError as exc:
+                raise click.UsageError(str(exc)) from None
+        try:
+            engine = live.engine = Engine(run, own, listeners=listeners)
+            return await (engine.resume() if start.run_dir is not None else engine.start())
+        except OSError as exc:  # before the loop took over (it ends its own failures)
+            code = ErrorCode.RUN_STORAGE_FAILED.value
+            return RunResult(run.id, "failed", 0, 0, code, f"{type(exc).__name__}: {exc}")
+        finally:
+            await own.aclose()
+
+
+def _open_run(assembly: Assembly, flags: RunFlags, start: Start) -> tuple[Run, ModelGateway]:
+    """The run to drive (resumed or started) and the gateway to its model."""
+    if start.run_dir is not None:
+        try:
+            run = Run.open(assembly, start.run_dir)
+        except (RunNotFound, ProfileError) as exc:
+            raise click.UsageError(str(exc)) from None
+        own, _ = flags.model_gateway(run.record.get("model"))
+        return run, own
+    assert start.spec is not None and start.gateway is not None
+    try:
+        run = Run.start(assembly, start.spec)
+    except OSError as exc:
+        raise click.ClickException(
+            f"{ErrorCode.RUN_STORAGE_FAILED}: cannot create the run: {exc}"
+        ) from None
+    except (ChatFormatError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
+    return run, start.gateway
+
+
+def _report(console: Console, run: Run, result: RunResult, as_json: bool) -> None:
+    """The outcome: JSON, or the committed message (or final text) and the run folder."""
     message = committed_message(run, result)
     if as_json:
         out = {
@@ -319,21 +399,16 @@ def run_command(
             "runDir": str(run.run_dir),
         }
         click.echo(json.dumps(out, ensure_ascii=False, indent=2))
-    else:
-        if message is not None:
-            console.print(f"\n[bold]Committed message (floor {result.floor}):[/]")
-            console.print(markup(message))
-        elif result.final_text:
-            console.print(markup(result.final_text))
-        if result.error_code == ErrorCode.RUN_STORAGE_FAILED:
-            console.print(f"[red]{ErrorCode.RUN_STORAGE_FAILED}[/]: {markup(result.message)}")
-            console.print(f"free space, then continue with: tavern-agent run --resume {run.id}")
-        console.print(f"[dim]run folder: {markup(str(run.run_dir))}[/]")
-    code = 0 if result.status in ("completed", "partial_success") else 1
-    if engine_name == "temporal":
-        exit_after_temporal(code)
-    if code:
-        sys.exit(code)
+        return
+    if message is not None:
+        console.print(f"\n[bold]Committed message (floor {result.floor}):[/]")
+        console.print(markup(message))
+    elif result.final_text:
+        console.print(markup(result.final_text))
+    if result.error_code == ErrorCode.RUN_STORAGE_FAILED:
+        console.print(f"[red]{ErrorCode.RUN_STORAGE_FAILED}[/]: {markup(result.message)}")
+        console.print(f"free space, then continue with: tavern-agent run --resume {run.id}")
+    console.print(f"[dim]run folder: {markup(str(run.run_dir))}[/]")
 
 
 def exit_after_temporal(code: int) -> None:
