@@ -25,7 +25,6 @@ MODULE_ALLOWLIST: dict[str, int] = {
 
 # "path:qualified.name" -> lines today. May only shrink.
 FUNCTION_ALLOWLIST: dict[str, int] = {
-    "cli.py:call_command": 93,
     "runtime/loop.py:Engine.step_once": 83,
 }
 

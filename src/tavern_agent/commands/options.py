@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
@@ -9,15 +10,22 @@ from typing import Any, TypeVar
 
 import click
 
-from tavern_agent.assembly import ChatSource
+from tavern_agent.assembly import Assembly, ChatSource
 from tavern_agent.chat.activation import ActivationSettings
 from tavern_agent.chat.st_data import LATEST, StDataError, open_st_data
+from tavern_agent.config import resolve_profile
+from tavern_agent.core.descriptors import Scene
+from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.inputs import InputError, load_card, load_world
 from tavern_agent.mcp.approval import ASK_MODES
 from tavern_agent.providers.choice import ModelChoiceError, model_gateway
 from tavern_agent.providers.gateway import ModelGateway
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+PROTOCOLS = [p.value for p in ModelProtocol]
+SCENES = [s.value for s in Scene]
 
 
 def mcp_ask_option(f: F) -> F:
@@ -31,6 +39,58 @@ def mcp_ask_option(f: F) -> F:
         "or answer every such call at once.",
     )
     return option(f)
+
+
+# ---------------------------------------------------------------- tools, profiles and models
+
+
+def chosen_profile(assembly: Assembly, profile_spec: str | None, scene: Scene) -> Profile:
+    """The named profile, or one allowing every tool of the catalog."""
+    try:
+        if profile_spec is None:
+            return assembly.everything(scene)
+        return resolve_profile(profile_spec, assembly.data.path)
+    except ProfileError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def on_every_source(data_dir: Path, work: Callable[[Assembly], T]) -> T:
+    """Run ``work`` on every tool source of ``data_dir`` (pages included), then close them."""
+
+    async def run() -> T:
+        async with await Assembly.open(data_dir) as assembly:
+            return work(assembly)
+
+    return asyncio.run(run())
+
+
+def profile_option(f: Any) -> Any:
+    """``--profile P``: a profile id or file; without it, every tool of the catalog."""
+    return click.option(
+        "--profile",
+        "profile_spec",
+        metavar="P",
+        help="Profile id (data dir or built-in, e.g. default-writer) or a .json path. "
+        "Default: every tool in the catalog.",
+    )(f)
+
+
+def scene_option(f: Any) -> Any:
+    """``--scene``: the scene the tools are offered for."""
+    return click.option(
+        "--scene", type=click.Choice(SCENES), default="chat", show_default=True, help="Run scene."
+    )(f)
+
+
+def protocol_option(f: Any) -> Any:
+    """``--protocol``: the model protocol whose naming and schema rules apply."""
+    return click.option(
+        "--protocol",
+        type=click.Choice(PROTOCOLS),
+        default="openai_chat",
+        show_default=True,
+        help="Model protocol whose naming and schema rules apply.",
+    )(f)
 
 
 def chosen_model(
