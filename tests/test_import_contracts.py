@@ -22,7 +22,7 @@ ACYCLIC = "No import cycles between modules, at any depth"
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(root / "src")}
     return subprocess.run(
-        [str(LINT_IMPORTS), "--no-cache", "--config", str(root / "pyproject.toml")],
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo", str(root / "pyproject.toml")],
         cwd=root,
         env=env,
         capture_output=True,
