@@ -37,11 +37,16 @@ lint: $(STAMP)
 	$(BIN)/mypy --strict src
 	$(BIN)/lint-imports --no-cache --no-logo
 
+# A worker per core (pytest-xdist), each taking a whole file at a time so a file's
+# module fixtures (a Temporal dev server, a served endpoint) start once; tests/conftest.py
+# puts the longest files first.
+PYTEST := $(BIN)/pytest -q -n auto --dist loadfile
+
 test: lint
-	$(BIN)/pytest -q
+	$(PYTEST)
 
 test-quick: $(STAMP)
-	$(BIN)/pytest -q -m 'not slow'
+	$(PYTEST) -m 'not slow'
 
 # The comparisons need host ripgrep (search_files) and host jq (the shell's jq).
 $(VENV)/.bench: $(STAMP)
