@@ -34,7 +34,7 @@ from tavern_agent.tools.gate import ToolRequestGate
 from .conftest import make_gate
 from .ext_helpers import CHROMIUM, CHROMIUM_ARGS, PAGES, Served, free_port, serve
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 ECHO = ToolId.extension("page-test", "echo")
 SILENT = ToolId.extension("page-test", "silent")

@@ -19,7 +19,7 @@ import pytest
 
 from .mcp_helpers import PEERS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.mcp_conformance]
 SUITE = PEERS / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
 NODE_BIN = PEERS / "node_modules" / ".bin"  # Node 22 from the npm package "node"
 SCENARIOS = [

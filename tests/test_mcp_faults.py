@@ -16,7 +16,7 @@ from tavern_agent.mcp.logs import LOG_CAP_BYTES
 
 from .mcp_helpers import PEERS, call, gate_for, permit, register
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.mcp_peers]
 RAW_PEER = PEERS / "raw_peer.py"
 TOOLS = ("server_error", "string_result", "no_result", "garbage", "flood", "big", "ask")
 

@@ -29,7 +29,7 @@ from tavern_agent.mcp.oauth import FileTokenStorage, login
 
 from .mcp_helpers import PEERS, call, gate_for, permit, register
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.mcp_peers]
 ACCESS_SECONDS = 3
 
 

@@ -32,7 +32,7 @@ from .mcp_helpers import (
     register,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.mcp_peers]
 
 EVERYTHING_TOOLS = {
     "echo",

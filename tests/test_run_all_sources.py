@@ -28,7 +28,7 @@ from tests.mcp_helpers import EVERYTHING
 from tests.runtime.helpers import TEXTS
 from tests.runtime.openai_server import OpenAIServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.mcp_peers, pytest.mark.browser]
 
 REPO = Path(__file__).resolve().parents[1]
 REPLY = "Seraphina wades in first, lantern high."

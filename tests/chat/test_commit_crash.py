@@ -28,6 +28,7 @@ print("done", receipt.floor, flush=True)
 
 
 @pytest.mark.slow
+@pytest.mark.crash
 def test_sigkill_mid_commit_leaves_old_or_new_chat(tmp_path: Path) -> None:
     texts = [f"message {i} " + "lorem ipsum " * 400 for i in range(12_000)]  # ~60 MB
     chat_path = write_chat(tmp_path / "big.jsonl", texts)

@@ -16,7 +16,7 @@ from tests.ext_helpers import CHROMIUM, CHROMIUM_ARGS
 from tests.runtime.loopback import LoopbackServer
 from tests.runtime.openai_server import OpenAIServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 # Streams a completion with fetch and reads the whole body, as a browser frontend does.
 ASK = """async ([url, key, messages]) => {

@@ -41,6 +41,7 @@ def _lines(path: Path) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.crash
 def test_kill_9_at_random_points_then_resume(tmp_path: Path) -> None:
     rng = random.Random(20261202)
     harnesses = [Harness(tmp_path / f"h{i}") for i in range(RUNS)]

@@ -45,7 +45,7 @@ from tests.temporal.helpers import (
     steps_by_worker,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.temporal]
 
 
 def replay_args(tmp: Path, name: str, profile: Path, recorded: Path) -> list[str]:

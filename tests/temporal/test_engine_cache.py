@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run
 from tavern_agent.runtime.scripted import ScriptedGateway
 from tavern_agent.temporal.activities import EngineCache, HeldEngine, UnlockedWhileAsking
 from tests.runtime.helpers import Harness, types
 from tests.runtime.test_step_once import SCRIPT
+
+pytestmark = pytest.mark.temporal
 
 
 def test_a_held_engine_is_used_until_another_worker_takes_a_step(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from temporalio.worker import Replayer
 
 from tavern_agent.temporal.workflow import RunWorkflow
 
+pytestmark = pytest.mark.temporal
 HISTORIES = Path(__file__).resolve().parents[1] / "data" / "temporal-histories"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from temporalio.testing import ActivityEnvironment
 
 from tavern_agent.providers.gateway import ModelRequest
@@ -21,6 +22,8 @@ from tavern_agent.temporal.activities import RunActivities, RunLock
 from tavern_agent.temporal.workflow import CallInput, StepOutcome, TaskInput
 from tests.runtime.helpers import payloads
 from tests.runtime.test_agents import await_, delegate_then_write, returns, setup
+
+pytestmark = pytest.mark.temporal
 
 
 def test_a_task_steps_while_the_run_s_model_answers(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ from tests.temporal.helpers import (
     workflow_runs,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.temporal]
 EXAMPLES = ROOT / "examples"
 # How many replayed runs go to two workers at once. Each is a `run` process, which
 # costs about 0.7 s of CPU to start and follow its run: 50 take about 45 s on two

@@ -34,6 +34,7 @@ SIZE = 150 * 1024 * 1024
 
 
 @pytest.mark.slow
+@pytest.mark.crash
 def test_sigkill_mid_write_leaves_old_or_new(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     (ws / "output").mkdir(parents=True)
