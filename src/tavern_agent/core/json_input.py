@@ -10,6 +10,7 @@ message; callers put the file name (and line) in front of it.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any
 
@@ -34,6 +35,31 @@ def describe(exc: BaseException) -> str:
 
 
 _FAST_DECODE = msgspec.json.Decoder().decode
+# Deeper than any document we read (a chat line, a request, a tool call), and far
+# below the interpreter's recursion limit, so decoding never meets it.
+MAX_DEPTH = 512
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
+    """Whether arrays and objects in ``data`` nest more than ``limit`` levels.
+
+    Counted without recursion, before any decoder sees the bytes: brackets
+    inside strings do not count. A document with no more brackets than the
+    limit is not scanned at all.
+    """
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    depth = 0
+    for byte in _STRING.sub(b"", data).translate(None, _NOT_BRACKETS):
+        if byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
 
 
 def loads(data: bytes | str) -> Any:
@@ -44,8 +70,12 @@ def loads(data: bytes | str) -> Any:
     size stay integers, which is why it is msgspec and not orjson); whatever
     msgspec refuses (lone surrogates, ``NaN``, numbers out of range, deep
     nesting, bad JSON) goes to ``json.loads``, so every value and every error
-    is the standard library's.
+    is the standard library's. Nesting deeper than :data:`MAX_DEPTH` is
+    refused before decoding.
     """
+    raw = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
+    if too_deep(raw):
+        raise JsonInputError(f"JSON nested too deeply to read (over {MAX_DEPTH} levels)")
     if isinstance(data, bytes):
         try:
             return _FAST_DECODE(data)

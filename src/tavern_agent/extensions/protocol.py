@@ -28,13 +28,13 @@ Runtime protocol (JSON text messages)::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from websockets.typing import Subprotocol
 
+from tavern_agent.core import json_input
 from tavern_agent.core.descriptors import EMPTY_PARAMETERS, Scene, ToolDescriptor
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.ids import InvalidToolId, ToolId
@@ -152,9 +152,9 @@ def parse_message(raw: str | bytes) -> dict[str, Any]:
     if not isinstance(raw, str):
         raise MalformedMessage("binary message")
     try:
-        message = json.loads(raw)
-    except ValueError:
-        raise MalformedMessage("not JSON") from None
+        message = json_input.loads(raw)
+    except json_input.JsonInputError as exc:
+        raise MalformedMessage(str(exc)) from None
     if not isinstance(message, dict):
         raise MalformedMessage("not a JSON object")
     return message
