@@ -10,7 +10,7 @@ from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.profile import Profile, ToolSelection
 from tavern_agent.core.results import AwaitRequested, DelegateRequested, HandoffAccepted
-from tavern_agent.runtime.agents import handoff_brief, task_brief
+from tavern_agent.runtime.briefs import handoff_brief, task_brief
 
 from .conftest import make_gate
 

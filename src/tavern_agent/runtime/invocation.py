@@ -12,7 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tavern_agent.core.profile import Profile
-from tavern_agent.providers.transcript import AssistantMessage, Transcript
+from tavern_agent.providers.transcript import (
+    AssistantMessage,
+    ToolResultMessage,
+    Transcript,
+    UserMessage,
+)
 from tavern_agent.tools.gate import ToolRequestGate
 from tavern_agent.tools.snapshot import ToolSnapshot
 
@@ -55,6 +60,27 @@ class Invocation:
         if self.parent_id is not None:
             out |= {"parentInvocationId": self.parent_id, "taskId": self.task_id}
         return out
+
+    # Changes of the live state, each through its own method (the loop, the
+    # delegation and the journal's fold call them; none sets the fields).
+
+    def add_turn(self, message: AssistantMessage) -> None:
+        """The model's answer to this invocation's next round."""
+        self.transcript = self.transcript.append(message)
+        self.round += 1
+
+    def add_user(self, message: UserMessage) -> None:
+        """A user message: a reminder, or results of the caller's tasks."""
+        self.transcript = self.transcript.append(message)
+
+    def call_requested(self, call_id: str) -> None:
+        """The call ``call_id`` was journaled as requested (its effect may have happened)."""
+        self.requested.add(call_id)
+
+    def add_result(self, result: ToolResultMessage) -> None:
+        """A call's stored result."""
+        self.resulted.add(result.result.call_id)
+        self.transcript = self.transcript.append(result)
 
     def last_turn(self) -> AssistantMessage | None:
         """The newest assistant message."""

@@ -43,9 +43,10 @@ from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.fsutil import atomic_write, write_once
 from tavern_agent.providers.transcript import Transcript, UserMessage
-from tavern_agent.runtime.agents import ProfileSource, directory
+from tavern_agent.runtime.briefs import directory
 from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.persist import PersistBase, PersistStore
+from tavern_agent.runtime.profiles import ProfileSource
 from tavern_agent.runtime.prompt import CARD_FIELDS, chat_material, system_prompt
 from tavern_agent.tools.gate import ToolRequestGate
 from tavern_agent.tools.snapshot import ToolSnapshot
