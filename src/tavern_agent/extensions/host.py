@@ -62,7 +62,6 @@ from tavern_agent.extensions.protocol import (
     MalformedMessage,
     Refused,
     descriptor_json,
-    fail,
     invoke_request,
     page_descriptor,
     parse_message,
@@ -304,7 +303,7 @@ class ExtensionHost(RegisteredTools[WebTool]):
             pending = self.pending.get(key)
             if pending is not None and not pending.future.done():
                 pending.future.set_result(
-                    fail(
+                    ExternalReceipt.failure(
                         ErrorCode.EXTENSION_TOOL_DISCONNECTED,
                         f"{pending.name} lost its extension page mid-call. {UNKNOWN}",
                     )
@@ -389,12 +388,11 @@ class ExtensionHost(RegisteredTools[WebTool]):
             text = error.get("message") if isinstance(error, dict) else None
             # The page's full error stays in the result file; the model gets one path-free line.
             shown = outside_text(str(text)) if text else "the extension reported an error"
-            receipt = ExternalReceipt(
-                content=f"{pending.name} failed: {shown}. {OUTSIDE_FAILURE_STEP}",
+            receipt = ExternalReceipt.failure(
+                ErrorCode.EXTENSION_TOOL_ERROR,
+                f"{pending.name} failed: {shown}. {OUTSIDE_FAILURE_STEP}",
+                error,
                 structured={"error": error},
-                is_error=True,
-                error_code=ErrorCode.EXTENSION_TOOL_ERROR,
-                raw=error,
             )
         pending.future.set_result(receipt)
 
@@ -442,7 +440,7 @@ class ExtensionHost(RegisteredTools[WebTool]):
                     }
                 )
             except ConnectionClosed:
-                return fail(
+                return ExternalReceipt.failure(
                     ErrorCode.EXTENSION_TOOL_DISCONNECTED,
                     f"{meta.name} lost its extension page mid-call. {UNKNOWN}",
                 )
@@ -453,12 +451,12 @@ class ExtensionHost(RegisteredTools[WebTool]):
                 return future.result()
             if waiter in done:
                 reason = "cancelled"
-                return fail(
+                return ExternalReceipt.failure(
                     ErrorCode.EXTENSION_TOOL_CANCELLED,
                     f"{meta.name} was cancelled with the run. {UNKNOWN}",
                 )
             reason = "timeout"
-            return fail(
+            return ExternalReceipt.failure(
                 ErrorCode.EXTENSION_TOOL_TIMEOUT,
                 f"{meta.name} got no answer within {self.call_timeout:g} s. {UNKNOWN}",
             )

@@ -133,11 +133,6 @@ def receipt_from_json(data: Mapping[str, Any]) -> ExternalReceipt:
     )
 
 
-def fail(code: ErrorCode, message: str, raw: Any = None) -> ExternalReceipt:
-    """An error receipt with ``code`` and the model's text ``message``."""
-    return ExternalReceipt(content=message, is_error=True, error_code=code, raw=raw)
-
-
 class Refused(Exception):
     """A page's request the host turns down; the page gets an ``ack`` with the code."""
 

@@ -95,12 +95,11 @@ def receipt_for_value(value: Any, name: str | Callable[[], str]) -> ExternalRece
     except (TypeError, ValueError) as exc:
         if not isinstance(name, str):
             name = name()
-        return ExternalReceipt(
-            content=f"{name} returned a {_type_name(value)}, which is not plain JSON "
+        return ExternalReceipt.failure(
+            ErrorCode.EXTENSION_INVALID_RESULT,
+            f"{name} returned a {_type_name(value)}, which is not plain JSON "
             f"({exc}). The extension must be fixed; do not retry.",
-            is_error=True,
-            error_code=ErrorCode.EXTENSION_INVALID_RESULT,
-            raw={"returnedType": _type_name(value)},
+            {"returnedType": _type_name(value)},
         )
     return ExternalReceipt(content=text, structured=value, raw=value)
 
@@ -123,13 +122,8 @@ def error_receipt(name: str, exc: BaseException) -> ExternalReceipt:
         "message": str(exc),
         "traceback": "".join(traceback.format_exception(exc)),
     }
-    return ExternalReceipt(
-        content=f"{name} failed: {exception_text(exc, with_type=False)}. {OUTSIDE_FAILURE_STEP}",
-        structured=full,
-        is_error=True,
-        error_code=ErrorCode.EXTENSION_TOOL_ERROR,
-        raw=full,
-    )
+    text = f"{name} failed: {exception_text(exc, with_type=False)}. {OUTSIDE_FAILURE_STEP}"
+    return ExternalReceipt.failure(ErrorCode.EXTENSION_TOOL_ERROR, text, full, structured=full)
 
 
 @dataclass(slots=True)
@@ -175,10 +169,9 @@ class PythonTool:
                 first = exc.errors()[0]
                 where = ".".join(str(p) for p in first["loc"]) or "arguments"
                 name = self.model_name(ctx)
-                return ExternalReceipt(
-                    content=f"Arguments for {name} do not fit: {where}: {first['msg']}.",
-                    is_error=True,
-                    error_code=ErrorCode.TOOL_INVALID_ARGUMENTS,
+                return ExternalReceipt.failure(
+                    ErrorCode.TOOL_INVALID_ARGUMENTS,
+                    f"Arguments for {name} do not fit: {where}: {first['msg']}.",
                 )
             kwargs = {k: getattr(parsed, k) for k in type(parsed).model_fields}
         else:
@@ -189,12 +182,12 @@ class PythonTool:
         try:
             value = await _bounded(self._run(kwargs), ctx.cancelled, timeout)
         except TimeoutError:
-            return fail_receipt(
+            return ExternalReceipt.failure(
                 ErrorCode.EXTENSION_TOOL_TIMEOUT,
                 f"{name} got no answer within {timeout:g} s. {OUTCOME_UNKNOWN}",
             )
         except _Cancelled:
-            return fail_receipt(
+            return ExternalReceipt.failure(
                 ErrorCode.EXTENSION_TOOL_CANCELLED,
                 f"{name} was cancelled with the run. {OUTCOME_UNKNOWN}",
             )
@@ -280,11 +273,6 @@ async def _bounded(work: Awaitable[Any], cancelled: asyncio.Event, timeout: floa
         waiter.cancel()
         if not task.done():
             task.cancel()
-
-
-def fail_receipt(code: ErrorCode, message: str) -> ExternalReceipt:
-    """An error receipt with ``code`` and the model's text ``message``."""
-    return ExternalReceipt(content=message, is_error=True, error_code=code)
 
 
 @dataclass
@@ -389,10 +377,9 @@ class ExtensionRegistry(RegisteredTools[PythonTool]):
 
 def unavailable(name: str) -> ExternalReceipt:
     """The reply for a tool that vanished or was disabled since the snapshot."""
-    return ExternalReceipt(
-        content=f"{name} is unavailable (removed or disabled); no action was taken.",
-        is_error=True,
-        error_code=ErrorCode.TOOL_UNAVAILABLE,
+    return ExternalReceipt.failure(
+        ErrorCode.TOOL_UNAVAILABLE,
+        f"{name} is unavailable (removed or disabled); no action was taken.",
     )
 
 

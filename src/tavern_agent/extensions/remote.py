@@ -33,7 +33,6 @@ from tavern_agent.extensions.protocol import (
     UNKNOWN,
     CallMeta,
     descriptor_from_json,
-    fail,
     receipt_from_json,
 )
 from tavern_agent.extensions.python import unavailable
@@ -206,7 +205,7 @@ class RemoteExtensionTools(RegisteredTools[_Entry]):
             await self.connection.send(json.dumps(message, ensure_ascii=False))
         except ConnectionClosed:
             self._waiting.pop(request_id, None)
-            return fail(
+            return ExternalReceipt.failure(
                 ErrorCode.EXTENSION_HOST_UNAVAILABLE,
                 f"{meta.name} could not reach the extension host; the call was not sent.",
             )
@@ -219,7 +218,7 @@ class RemoteExtensionTools(RegisteredTools[_Entry]):
                     await self.connection.send(json.dumps({"type": "cancel", "id": request_id}))
             return await future
         except HostUnavailable:
-            return fail(
+            return ExternalReceipt.failure(
                 ErrorCode.EXTENSION_TOOL_DISCONNECTED,
                 f"{meta.name} lost the extension host mid-call. {UNKNOWN}",
             )

@@ -108,10 +108,6 @@ def _connection_lost(exc: MCPError, conn: Connection) -> bool:
     return exc.error.message == "Connection closed" and exc.error.data is None
 
 
-def _fail(code: ErrorCode, message: str, raw: Any = None) -> ExternalReceipt:
-    return ExternalReceipt(content=message, is_error=True, error_code=code, raw=raw)
-
-
 class McpManager(AsyncClosing):
     """MCP servers under one data root, usable as the catalog's MCP source."""
 
@@ -312,30 +308,30 @@ class McpManager(AsyncClosing):
             reg = self.store.get(tool_id.source)
         except RegistrationError as exc:
             self._report(str(exc))
-            return _fail(
+            return ExternalReceipt.failure(
                 ErrorCode.MCP_SERVER_UNAVAILABLE,
                 f"{name} is unavailable: the registration file of its MCP server is broken. "
                 f"{not_sent}; do without it.",
             )
         if reg is None:
-            return _fail(
+            return ExternalReceipt.failure(
                 ErrorCode.MCP_PERMISSION_DENIED,
                 f"{name} is gone: its MCP server was removed. {not_sent}; do without it.",
             )
         if reg.state != "active":
-            return _fail(
+            return ExternalReceipt.failure(
                 ErrorCode.MCP_PERMISSION_DENIED,
                 f"{name} is paused (MCP server {reg.display_name}). {not_sent}; do without it.",
             )
         permission = reg.permission(tool_id.name)
         if permission == "off":
-            return _fail(
+            return ExternalReceipt.failure(
                 ErrorCode.MCP_PERMISSION_DENIED,
                 f"{name} has been switched off. {not_sent}; do without it.",
             )
         size = oversize(arguments)
         if size is not None:
-            return _fail(
+            return ExternalReceipt.failure(
                 ErrorCode.MCP_ARGUMENTS_TOO_LARGE,
                 f"Arguments for {name} are {size / 1024:,.0f} KiB; the limit is 256 KiB. "
                 f"{not_sent}; send less, e.g. a path instead of file contents.",
@@ -343,7 +339,7 @@ class McpManager(AsyncClosing):
         if permission == "ask":
             request = ApprovalRequest(reg.id, reg.display_name, tool_id.name, name, arguments)
             if not await self.approver(request):
-                return _fail(
+                return ExternalReceipt.failure(
                     ErrorCode.MCP_PERMISSION_DENIED,
                     f"The person declined this call to {name}. {not_sent}; "
                     "do not repeat it unless they ask.",
@@ -353,7 +349,7 @@ class McpManager(AsyncClosing):
         except ConnectError as exc:
             if exc.login_needed:
                 return self._login_required(reg, name)
-            return _fail(
+            return ExternalReceipt.failure(
                 ErrorCode.MCP_SERVER_UNAVAILABLE,
                 f"{name} could not reach its MCP server ({outside_text(str(exc))}). {not_sent}; "
                 "try again later or do without it.",
@@ -385,13 +381,13 @@ class McpManager(AsyncClosing):
                 conn.mark_dead()
                 return self._unknown(name, "lost its server connection mid-call", unknown, exc)
             if exc.error.code == PARSE_ERROR and exc.error.message.startswith(MALFORMED_PREFIX):
-                return _fail(
+                return ExternalReceipt.failure(
                     ErrorCode.MCP_UNSUPPORTED_RESPONSE,
                     f"{name} sent a reply that is not a valid tool result "
                     f"({exc.error.message}). It may have run; check before repeating it.",
                     raw=exc.error.model_dump(mode="json"),
                 )
-            return _fail(
+            return ExternalReceipt.failure(
                 ErrorCode.MCP_SERVER_ERROR,
                 f"{name} failed on the MCP server: {exc.error.message} "
                 f"(JSON-RPC error {exc.error.code}).",
@@ -403,7 +399,7 @@ class McpManager(AsyncClosing):
             return self._unknown(name, f"got no answer within {seconds:g} s", unknown, exc)
         except (ValidationError, RuntimeError) as exc:
             detail = outside_text(str(exc)) if str(exc) else type(exc).__name__
-            return _fail(
+            return ExternalReceipt.failure(
                 ErrorCode.MCP_UNSUPPORTED_RESPONSE,
                 f"{name} sent a reply that is not a valid tool result ({detail}).",
             )
@@ -423,7 +419,7 @@ class McpManager(AsyncClosing):
         )
 
     def _login_required(self, reg: Registration, name: str) -> ExternalReceipt:
-        return _fail(
+        return ExternalReceipt.failure(
             ErrorCode.MCP_LOGIN_REQUIRED,
             f"{name} is unavailable: its MCP server {reg.display_name} needs a login "
             "(none yet, the token was revoked, or the tool needs more permissions). "
@@ -432,7 +428,7 @@ class McpManager(AsyncClosing):
         )
 
     def _unknown(self, name: str, what: str, advice: str, exc: BaseException) -> ExternalReceipt:
-        return _fail(
+        return ExternalReceipt.failure(
             ErrorCode.MCP_CALL_OUTCOME_UNKNOWN,
             f"{name} {what}. {advice}",
             raw={"exception": type(exc).__name__, "message": str(exc)},

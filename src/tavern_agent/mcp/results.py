@@ -195,12 +195,11 @@ def convert_result(
     raw = result.model_dump(mode="json", by_alias=True, exclude_none=True)
     if result.is_error:
         message = content or "no error text"
-        return ExternalReceipt(
-            content=f"{tool} failed: {message}",
+        return ExternalReceipt.failure(
+            ErrorCode.MCP_TOOL_ERROR,
+            f"{tool} failed: {message}",
+            raw,
             structured=structured,
-            is_error=True,
-            error_code=ErrorCode.MCP_TOOL_ERROR,
-            raw=raw,
             resource_refs=tuple(refs),
         )
     return ExternalReceipt(

@@ -35,6 +35,19 @@ class ExternalReceipt:
     raw: Any = None
     resource_refs: tuple[str, ...] = ()
 
+    @classmethod
+    def failure(
+        cls,
+        code: ErrorCode,
+        message: str,
+        raw: Any = None,
+        *,
+        structured: Any = None,
+        resource_refs: tuple[str, ...] = (),
+    ) -> ExternalReceipt:
+        """An error receipt: ``message`` for the model, ``code`` for the run's records."""
+        return cls(message, structured, True, code, raw, resource_refs)
+
 
 class ExternalToolSource(Protocol):
     """A source of tools that live outside this process's built-ins."""
