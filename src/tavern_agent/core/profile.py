@@ -8,6 +8,7 @@ which tools are shown to the model; ``tools.deny`` wins over ``allow``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
@@ -41,6 +42,15 @@ def _tool_id_text(value: str) -> str:
     return value
 
 
+def _check_tool_ids(values: Iterable[str]) -> None:
+    """Raise ``ValueError`` (what pydantic reports) naming the first value that is no ToolId."""
+    for value in values:
+        try:
+            _tool_id_text(value)
+        except InvalidToolId as exc:
+            raise ValueError(str(exc)) from None
+
+
 class ToolSelection(_Model):
     """Which tools a profile enables: the ToolIds in ``allow``,
     in the order the model sees them, minus ``deny``."""
@@ -51,11 +61,7 @@ class ToolSelection(_Model):
     @field_validator("allow", "deny")
     @classmethod
     def _valid_ids(cls, values: tuple[str, ...]) -> tuple[str, ...]:
-        for value in values:
-            try:
-                _tool_id_text(value)
-            except InvalidToolId as exc:
-                raise ValueError(str(exc)) from None
+        _check_tool_ids(values)
         return values
 
     def enabled(self) -> list[ToolId]:
@@ -193,11 +199,7 @@ class Profile(_Model):
     def _valid_override_ids(
         cls, values: dict[str, DescriptionOverride]
     ) -> dict[str, DescriptionOverride]:
-        for key in values:
-            try:
-                _tool_id_text(key)
-            except InvalidToolId as exc:
-                raise ValueError(str(exc)) from None
+        _check_tool_ids(values)
         return values
 
     @classmethod

@@ -278,15 +278,24 @@ def _mismatch(path: str, value: Any, expected: str) -> SchemaViolation:
     )
 
 
-def _check_string(schema: Mapping[str, Any], value: str, path: str) -> SchemaViolation | None:
-    low, high = schema.get("minLength"), schema.get("maxLength")
-    if isinstance(low, int) and len(value) < low:
-        return SchemaViolation(path, f"{_at(path)} must have at least {low} characters.")
-    if isinstance(high, int) and len(value) > high:
+def _check_size(
+    schema: Mapping[str, Any], keys: tuple[str, str], size: int, units: tuple[str, str], path: str
+) -> SchemaViolation | None:
+    """``size`` against the schema's lower and upper bound ``keys``; ``units`` name what
+    is counted after "at least" and after "at most"."""
+    low, high = schema.get(keys[0]), schema.get(keys[1])
+    if isinstance(low, int) and size < low:
+        return SchemaViolation(path, f"{_at(path)} must have at least {low} {units[0]}.")
+    if isinstance(high, int) and size > high:
         return SchemaViolation(
-            path, f"{_at(path)} must have at most {high} characters (got {len(value)})."
+            path, f"{_at(path)} must have at most {high} {units[1]} (got {size})."
         )
     return None
+
+
+def _check_string(schema: Mapping[str, Any], value: str, path: str) -> SchemaViolation | None:
+    keys, units = ("minLength", "maxLength"), ("characters", "characters")
+    return _check_size(schema, keys, len(value), units, path)
 
 
 _BOUNDS: tuple[tuple[str, Callable[[Any, Any], bool], str], ...] = (
@@ -306,13 +315,9 @@ def _check_number(schema: Mapping[str, Any], value: float, path: str) -> SchemaV
 
 
 def _check_array(schema: Mapping[str, Any], value: list[Any], path: str) -> SchemaViolation | None:
-    low, high = schema.get("minItems"), schema.get("maxItems")
-    if isinstance(low, int) and len(value) < low:
-        return SchemaViolation(path, f"{_at(path)} must have at least {low} item(s).")
-    if isinstance(high, int) and len(value) > high:
-        return SchemaViolation(
-            path, f"{_at(path)} must have at most {high} items (got {len(value)})."
-        )
+    size = _check_size(schema, ("minItems", "maxItems"), len(value), ("item(s)", "items"), path)
+    if size is not None:
+        return size
     items = schema.get("items")
     if isinstance(items, Mapping):
         for i, item in enumerate(value):

@@ -38,6 +38,12 @@ def _extension(mime: str | None, fallback: str = ".bin") -> str:
     return _EXTENSIONS.get(mime) or mimetypes.guess_extension(mime) or fallback
 
 
+def _media_note(label: str, mime: str, data: bytes, path: str | None) -> str:
+    """How a media block reads in the result text: where it was saved, or that it was not."""
+    size = f"{mime}, {len(data):,} bytes"
+    return f"[{label} ({size}) not saved]" if path is None else f"[{label} saved: {path} ({size})]"
+
+
 def _save(
     files: ResultFiles | None, ctx: CallContext, index: int, data: bytes, mime: str | None
 ) -> str | None:
@@ -160,11 +166,8 @@ def convert_result(
                 parts.append(f"[{kind} ({block.mime_type}) could not be decoded]")
                 continue
             path = _save(files, ctx, index, data, block.mime_type)
-            if path is None:
-                parts.append(f"[{kind} ({block.mime_type}, {len(data):,} bytes) not saved]")
-                continue
-            refs.append(path)
-            parts.append(f"[{kind} saved: {path} ({block.mime_type}, {len(data):,} bytes)]")
+            refs.extend([path] if path is not None else [])
+            parts.append(_media_note(kind, block.mime_type, data, path))
         elif isinstance(block, types.EmbeddedResource):
             res = block.resource
             if isinstance(res, types.TextResourceContents):
@@ -178,11 +181,8 @@ def convert_result(
                     continue
                 mime = res.mime_type or "application/octet-stream"
             path = _save(files, ctx, index, data, mime)
-            if path is None:
-                parts.append(f"[resource {res.uri} ({mime}, {len(data):,} bytes) not saved]")
-                continue
-            refs.append(path)
-            parts.append(f"[resource {res.uri} saved: {path} ({mime}, {len(data):,} bytes)]")
+            refs.extend([path] if path is not None else [])
+            parts.append(_media_note(f"resource {res.uri}", mime, data, path))
         elif isinstance(block, types.ResourceLink):
             label = f" ({block.description})" if block.description else ""
             parts.append(f"[resource link: {block.uri} {block.name}{label}]")
