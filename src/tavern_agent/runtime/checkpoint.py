@@ -33,6 +33,8 @@ def save_checkpoint(run_dir: Path, state: Mapping[str, Any], *, durable: bool = 
 
 
 def load_checkpoint(run_dir: Path) -> dict[str, Any] | None:
+    """The run's saved read states and the rest of its checkpoint, or ``None`` when it
+    has none or it was cut short; raises ``ValueError`` for another schema version."""
     try:
         data: dict[str, Any] = json.loads(
             (run_dir / run_layout.CHECKPOINT_FILE).read_text(encoding="utf-8")

@@ -256,6 +256,7 @@ class Journal:
         self._unsynced = False
 
     def close(self) -> None:
+        """Make every event durable and close the file."""
         if self._fd >= 0:
             self.sync()
             os.close(self._fd)
