@@ -54,36 +54,6 @@ UNKNOWN = "It may have run. Check the current state before repeating it."
 CLOSE_MALFORMED = 1008
 
 
-class MalformedMessage(ValueError):
-    """A message that breaks the protocol; its connection is closed."""
-
-
-@dataclass(frozen=True, slots=True)
-class CallMeta:
-    """The identities sent to the extension with each call."""
-
-    run_id: str
-    invocation_id: str
-    call_id: str
-    target: Mapping[str, str]
-    name: str  # the model's name for the tool, for texts
-
-    @classmethod
-    def of(cls, tool_id: ToolId, ctx: CallContext) -> CallMeta:
-        """The call's identities and target as a page receives them."""
-        name = ctx.model_name(str(tool_id), tool_id.name)
-        return cls(ctx.run_id, ctx.invocation_id, ctx.call_id, target_of(ctx), name)
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``context`` object of an ``invoke`` message."""
-        return {
-            "runId": self.run_id,
-            "invocationId": self.invocation_id,
-            "callId": self.call_id,
-            "target": dict(self.target),
-        }
-
-
 def descriptor_json(d: ToolDescriptor, registered_by: str, enabled: bool) -> dict[str, Any]:
     """A tool's listing entry as the page protocol spells it."""
     return {
@@ -131,6 +101,36 @@ def receipt_from_json(data: Mapping[str, Any]) -> ExternalReceipt:
         error_code=None if code is None else ErrorCode(code),
         raw=data.get("raw"),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class CallMeta:
+    """The identities sent to the extension with each call."""
+
+    run_id: str
+    invocation_id: str
+    call_id: str
+    target: Mapping[str, str]
+    name: str  # the model's name for the tool, for texts
+
+    @classmethod
+    def of(cls, tool_id: ToolId, ctx: CallContext) -> CallMeta:
+        """The call's identities and target as a page receives them."""
+        name = ctx.model_name(str(tool_id), tool_id.name)
+        return cls(ctx.run_id, ctx.invocation_id, ctx.call_id, target_of(ctx), name)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``context`` object of an ``invoke`` message."""
+        return {
+            "runId": self.run_id,
+            "invocationId": self.invocation_id,
+            "callId": self.call_id,
+            "target": dict(self.target),
+        }
+
+
+class MalformedMessage(ValueError):
+    """A message that breaks the protocol; its connection is closed."""
 
 
 class Refused(Exception):
