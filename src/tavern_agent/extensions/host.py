@@ -93,6 +93,7 @@ class Page:
     pending: set[str] = field(default_factory=set)
 
     async def send(self, message: Mapping[str, Any]) -> None:
+        """Send one protocol message to the page."""
         await self.connection.send(json.dumps(message, ensure_ascii=False))
 
 
@@ -112,6 +113,8 @@ class WebTool:
 
 @dataclass(slots=True)
 class Pending:
+    """A call sent to a page and not yet answered."""
+
     page: Page
     future: asyncio.Future[ExternalReceipt]
     name: str
@@ -188,14 +191,17 @@ class ExtensionHost(RegisteredTools[WebTool]):
 
     @property
     def url(self) -> str:
+        """The base URL the host listens on."""
         return f"http://127.0.0.1:{self.port}"
 
     @property
     def allowed_origins(self) -> set[str]:
+        """Origins whose pages may connect: the host's own and the configured ones."""
         own = {f"http://127.0.0.1:{self.port}", f"http://localhost:{self.port}"}
         return own | self.extra_origins
 
     async def aclose(self) -> None:
+        """Stop listening; connected pages and runtimes are closed."""
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -399,6 +405,7 @@ class ExtensionHost(RegisteredTools[WebTool]):
     # ------------------------------------------------------------ the port
 
     def listing(self) -> list[dict[str, Any]]:
+        """Every registered tool as the protocol's descriptor JSON, by ToolId."""
         return [
             descriptor_json(t.descriptor, t.page.label, t.enabled)
             for t in sorted(self.tools.values(), key=lambda t: t.descriptor.tool_id)
@@ -407,6 +414,7 @@ class ExtensionHost(RegisteredTools[WebTool]):
     async def invoke(
         self, tool_id: ToolId, arguments: dict[str, Any], context: CallContext
     ) -> ExternalReceipt:
+        """Call the tool on the page that registered it (the port's ``invoke``)."""
         return await self.call(tool_id, arguments, CallMeta.of(tool_id, context), context.cancelled)
 
     async def call(
