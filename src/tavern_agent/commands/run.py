@@ -341,7 +341,7 @@ async def _drive(
     live: Live,
 ) -> RunResult:
     async with await Assembly.open(data_dir, approver=approver) as assembly:
-        run, own = _open_run(assembly, flags, start)
+        run, own = await _open_run(assembly, flags, start)
         listeners = () if flags.as_json else (Progress(console, run.run_dir),)
         live.run = run
         if flags.temporal is not None and flags.engine_name == "temporal":
@@ -361,18 +361,18 @@ async def _drive(
             await own.aclose()
 
 
-def _open_run(assembly: Assembly, flags: RunFlags, start: Start) -> tuple[Run, ModelGateway]:
+async def _open_run(assembly: Assembly, flags: RunFlags, start: Start) -> tuple[Run, ModelGateway]:
     """The run to drive (resumed or started) and the gateway to its model."""
     if start.run_dir is not None:
         try:
-            run = Run.open(assembly, start.run_dir)
+            run = await Run.aopen(assembly, start.run_dir)
         except (RunNotFound, ProfileError) as exc:
             raise click.UsageError(str(exc)) from None
         own, _ = flags.model_gateway(run.record.get("model"))
         return run, own
     assert start.spec is not None and start.gateway is not None
     try:
-        run = Run.start(assembly, start.spec)
+        run = await Run.astart(assembly, start.spec)
     except OSError as exc:
         raise click.ClickException(
             f"{ErrorCode.RUN_STORAGE_FAILED}: cannot create the run: {exc}"
@@ -555,7 +555,7 @@ def runs_cancel(
 
     async def cancel() -> RunResult:
         async with await Assembly.open(data_dir, pages=False) as assembly:
-            run = Run.open(assembly, run_dir)
+            run = await Run.aopen(assembly, run_dir)
             if temporal is not None:
                 return await TemporalEngine(temporal, task_queue=task_queue).cancel(run)
             return await LocalEngine().cancel(run)

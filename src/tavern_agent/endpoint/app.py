@@ -213,7 +213,7 @@ class RunResponse(Response):
         if stream:  # the client sees the answer begin before the run's input is prepared
             await self._open_stream(send, run_id)
         try:
-            engine = service.start(self.chat, self.profile, progress, run_id)
+            engine = await service.start(self.chat, self.profile, progress, run_id)
         except (OSError, ValueError) as exc:
             log.warning("agent endpoint: cannot start a run: %s", exc)
             text = f"The run could not start: {exc}"

@@ -144,7 +144,7 @@ class AgentService:
     def data_dir(self) -> Path:
         return self.assembly.data.path
 
-    def start(
+    async def start(
         self,
         chat: FrontendChat,
         profile: Profile,
@@ -166,5 +166,5 @@ class AgentService:
             task=task_text(chat),
             model=self.model_record,
         )
-        run = Run.start(self.assembly, spec, run_id)
+        run = await Run.astart(self.assembly, spec, run_id)
         return Engine(run, self.gateway, listeners=(progress,), fsync=self.fsync)

@@ -249,7 +249,7 @@ class AgentTasks:
         it per child was not)."""
         run = self.run
         snap_id = f"snap_{secrets.token_hex(6)}"
-        fresh = run.assembly.snapshot(target, run.scene, run.protocol, snap_id, child=True)
+        fresh = run.tools.snapshot(target, snap_id, child=True)
         known = self.child_snapshots.get(target.id)
         if known is not None and replace(fresh, id=known.id) == known:
             return known

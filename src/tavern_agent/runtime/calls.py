@@ -104,7 +104,7 @@ class CallRunner:
         self.tasks = tasks
         self.effects = effects
         self.checkpoints = checkpoints
-        self._repeatable = run.assembly.catalog.builtins.repeatable
+        self._repeatable = run.tools.repeatable
 
     async def run_turn(
         self,
@@ -223,7 +223,7 @@ class CallRunner:
                 "invocationId": inv.id,
                 "callId": rc.call_id,
                 "toolId": None if binding is None else str(binding.tool_id),
-                "source": None if binding is None else self.run.assembly.source_of(binding.tool_id),
+                "source": None if binding is None else self.run.tools.source_of(binding.tool_id),
                 "snapshotId": snapshot.id,
                 "name": rc.name,
             }

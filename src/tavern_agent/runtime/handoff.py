@@ -62,7 +62,7 @@ class Handoffs:
         if refused is not None:
             return refused, None
         inv_id = f"inv_{secrets.token_hex(6)}"
-        snapshot = run.assembly.snapshot(target, run.scene, run.protocol, inv_id)
+        snapshot = run.tools.snapshot(target, inv_id)
         snapshot.save(run.run_dir / run_layout.snapshot_file(inv_id))
         character = run.chat.input.character if run.chat is not None else ""
         system = system_prompt(target, snapshot, character)

@@ -14,10 +14,17 @@ beside the shared session workspace)::
     model-responses/round-NNN.json, tool-args/<inv>/round-NNN-call_<hex>.json
 
 All of these are internal: the model's tools cannot see them.
+
+A :class:`Run` is this record, read or written, with its live invocations; it
+reaches the process's tool sources only through its
+:class:`~tavern_agent.runtime.run_tools.RunTools`. :meth:`Run.start` and
+:meth:`Run.open` read and write files: async code calls :meth:`Run.astart`
+and :meth:`Run.aopen`, which run them on a thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import random
@@ -48,6 +55,7 @@ from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.persist import PersistBase, PersistStore
 from tavern_agent.runtime.profiles import ProfileSource
 from tavern_agent.runtime.prompt import CARD_FIELDS, chat_material, system_prompt
+from tavern_agent.runtime.run_tools import RunTools
 from tavern_agent.tools.gate import ToolRequestGate
 from tavern_agent.tools.snapshot import ToolSnapshot
 from tavern_agent.workspace.layout import DataRoot, chat_workspace_id
@@ -58,7 +66,7 @@ SCHEMA_VERSION = 1
 
 
 class RunNotFound(LookupError):
-    pass
+    """No run folder, or no run of that id."""
 
 
 class RunDamaged(RunNotFound):
@@ -82,6 +90,7 @@ def load_record(run_dir: Path) -> dict[str, Any]:
 
 
 def new_run_id() -> str:
+    """A new run id: the time it was made, and a random part."""
     return f"run_{datetime.now(UTC):%Y%m%dT%H%M%S}_{secrets.token_hex(3)}"
 
 
@@ -121,7 +130,8 @@ class Run:
 
     id: str
     run_dir: Path
-    assembly: Assembly
+    data: DataRoot
+    tools: RunTools  # the live side: snapshots and gates of its invocations
     record: dict[str, Any]
     profile: Profile
     workspace: Workspace
@@ -130,23 +140,23 @@ class Run:
     persist_base: PersistBase | None = None
 
     @property
-    def data(self) -> DataRoot:
-        return self.assembly.data
-
-    @property
     def scene(self) -> Scene:
+        """Chat or session."""
         return Scene(self.record["scene"])
 
     @property
     def protocol(self) -> ModelProtocol:
+        """The model protocol the run's tools are named and shaped for."""
         return ModelProtocol(self.record["protocol"])
 
     @property
     def foreground(self) -> bool:
+        """A chat run whose reply the user waits for (it must commit before it finishes)."""
         return self.scene is Scene.CHAT and self.profile.run.presentation == "foreground"
 
     @property
     def chat_workspace(self) -> Path | None:
+        """The chat's own folder (its ``persist/``), for a chat run."""
         if self.chat is None:
             return None
         return self.data.path / "chats" / chat_workspace_id(self.chat.input.stable_chat_id)
@@ -167,6 +177,11 @@ class Run:
             for step in reversed(undo):
                 step()
             raise
+
+    @classmethod
+    async def astart(cls, assembly: Assembly, spec: RunSpec, run_id: str | None = None) -> Run:
+        """:meth:`start` for async code: it reads and writes files, so it runs on a thread."""
+        return await asyncio.to_thread(cls.start, assembly, spec, run_id)
 
     @classmethod
     def _create(
@@ -216,14 +231,15 @@ class Run:
             "createdAt": datetime.now(UTC).isoformat(timespec="seconds"),
             "invocations": [],
         }
-        run = cls(run_id, run_dir, assembly, record, profile, ws, chat_run)
+        tools = RunTools(assembly, scene, spec.protocol)
+        run = cls(run_id, run_dir, data, tools, record, profile, ws, chat_run)
         card = _card_fields(spec.card)
         _write_json(run_dir / run_layout.CARD_FILE, card)
         if chat_run is not None:
             store = PersistStore(run.chat_workspace or run_dir)
             run.persist_base = store.checkout(ws.root / "persist")
             _write_json(run_dir / run_layout.PERSIST_FILE, run.persist_base.to_json())
-        snapshot = assembly.snapshot(profile, scene, spec.protocol)
+        snapshot = tools.snapshot(profile)
         snapshot.save(run_dir / run_layout.snapshot_file(snapshot.id))
         system = system_prompt(profile, snapshot, chat_run.input.character if chat_run else "")
         listing = directory(ProfileSource(data.path), profile, snapshot)
@@ -317,7 +333,7 @@ class Run:
             workspace = self.data.view(self.workspace, self.scene, profile)
         if child and chat is not None:
             chat = dataclasses.replace(chat, allow_commit=False, profile_id=snapshot.profile_id)
-        return self.assembly.gate(
+        return self.tools.gate(
             snapshot,
             invocation_id=invocation_id,
             run_id=self.id,
@@ -328,6 +344,7 @@ class Run:
         )
 
     def save_record(self, *, durable: bool = True) -> None:
+        """Write ``run.json`` again (it lists the invocations made so far)."""
         _write_json(self.run_dir / RUN_FILE, self.record, durable=durable)
 
     # ------------------------------------------------------------ reopening
@@ -345,6 +362,11 @@ class Run:
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             why = json_input.describe(exc) if not isinstance(exc, KeyError) else f"no {exc}"
             raise RunDamaged(f"{run_dir}: the run's files cannot be read: {why}") from None
+
+    @classmethod
+    async def aopen(cls, assembly: Assembly, run_dir: Path) -> Run:
+        """:meth:`open` for async code: it reads the run's files, so it runs on a thread."""
+        return await asyncio.to_thread(cls.open, assembly, run_dir)
 
     @classmethod
     def _open(cls, assembly: Assembly, run_dir: Path) -> Run:
@@ -369,7 +391,8 @@ class Run:
             ws = data.chat_run(run_input.stable_chat_id, run_id, profile, floors=chat_run)
         else:
             ws = data.session(record.get("session") or "default", profile)
-        run = cls(run_id, run_dir, assembly, record, profile, ws, chat_run)
+        tools = RunTools(assembly, scene, ModelProtocol(record["protocol"]))
+        run = cls(run_id, run_dir, data, tools, record, profile, ws, chat_run)
         if (run_dir / run_layout.PERSIST_FILE).exists():
             base = json.loads((run_dir / run_layout.PERSIST_FILE).read_text(encoding="utf-8"))
             run.persist_base = PersistBase(base.get("version"), base["sha"])
@@ -422,6 +445,7 @@ def find_run(data: DataRoot, run_id: str) -> Path:
 
 
 def all_runs(data: DataRoot) -> list[Path]:
+    """The folders of every run under ``data``, oldest first."""
     found = [
         p.parent
         for pattern in ("chats/*/runs/*/run.json", "sessions/*/runs/*/run.json")

@@ -328,7 +328,7 @@ class RunActivities:
     ) -> T:
         held = await self.engines.take(run_dir)
         if held is None:
-            run = Run.open(self.assembly, Path(run_dir))
+            run = await Run.aopen(self.assembly, Path(run_dir))
             gateway = UnlockedWhileAsking(self.gateways(run))
             # the run's workflow drives its delegated tasks as child workflows
             held = HeldEngine(Engine(run, gateway, background_children=False), gateway, 0)
