@@ -75,7 +75,7 @@ def loads(data: bytes | str) -> Any:
     """
     raw = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
     if too_deep(raw):
-        raise JsonInputError(f"JSON nested too deeply to read (over {MAX_DEPTH} levels)")
+        raise JsonInputError(describe(RecursionError()))
     if isinstance(data, bytes):
         try:
             return _FAST_DECODE(data)
