@@ -6,8 +6,9 @@ import asyncio
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -173,25 +174,7 @@ def endpoint_options(
     help="Seconds between keep-alive comments on an endpoint stream while the run is quiet.",
 )
 @click.pass_context
-def serve_command(
-    ctx: click.Context,
-    port: int,
-    origins: tuple[str, ...],
-    pages: Path | None,
-    call_timeout: float,
-    model: str | None,
-    replay: Path | None,
-    base_url: str | None,
-    protocol: str,
-    api_key_env: str,
-    api_port: int,
-    host: str,
-    endpoint_key_env: str | None,
-    max_concurrent_runs: int,
-    user_name: str | None,
-    character_name: str | None,
-    heartbeat: float,
-) -> None:
+def serve_command(ctx: click.Context, /, **flags: Any) -> None:
     """Run the extension host and, with --model or --replay, the agent endpoint.
 
     The extension host: pages connect and register tools; runs call them. It
@@ -206,51 +189,77 @@ def serve_command(
     <data-dir>/endpoint/api-key. --allow-origin also lets browser pages of
     that origin call it.
     """
+    given = ServeFlags(**flags)
     data_dir: Path = ctx.obj["data_dir"]
     files = HostFiles(data_dir)
     options: EndpointOptions | None = None
-    if model is not None or replay is not None:
+    if given.model is not None or given.replay is not None:
         options = endpoint_options(
             data_dir,
-            model=model,
-            replay=replay,
-            base_url=base_url,
-            protocol=protocol,
-            api_key_env=api_key_env,
-            host=host,
-            port=api_port,
-            key_env=endpoint_key_env,
-            origins=origins,
-            max_concurrent_runs=max_concurrent_runs,
-            heartbeat=heartbeat,
-            names=(user_name, character_name),
+            model=given.model,
+            replay=given.replay,
+            base_url=given.base_url,
+            protocol=given.protocol,
+            api_key_env=given.api_key_env,
+            host=given.host,
+            port=given.api_port,
+            key_env=given.endpoint_key_env,
+            origins=given.origins,
+            max_concurrent_runs=given.max_concurrent_runs,
+            heartbeat=given.heartbeat,
+            names=(given.user_name, given.character_name),
         )
+    asyncio.run(_serve(files, given, options))
 
-    async def run() -> None:
-        ext = ExtensionHost(allowed_origins=origins, call_timeout=call_timeout, pages_dir=pages)
-        try:
-            url = await ext.start(port)
-        except OSError as exc:
-            raise click.ClickException(f"cannot listen on 127.0.0.1:{port}: {exc}") from None
-        files.write(url, ext.token)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        ws = url.replace("http://", "ws://") + PAGE_PATH
-        click.echo(f"extension host: {url}  (pages connect to {ws})")
-        click.echo(f"client script: {url}{CLIENT_PATH}")
-        click.echo(f"token: {ext.token}  (also in {files.token_path})")
-        sys.stdout.flush()
-        try:
-            if options is None:
-                await stop.wait()
-            else:
-                from tavern_agent.endpoint.serve import serve_endpoint
 
-                await serve_endpoint(options, stop)
-        finally:
-            files.clear()
-            await ext.aclose()
+@dataclass(frozen=True)
+class ServeFlags:
+    """The options of one ``serve`` command, as click parsed them."""
 
-    asyncio.run(run())
+    port: int
+    origins: tuple[str, ...]
+    pages: Path | None
+    call_timeout: float
+    model: str | None
+    replay: Path | None
+    base_url: str | None
+    protocol: str
+    api_key_env: str
+    api_port: int
+    host: str
+    endpoint_key_env: str | None
+    max_concurrent_runs: int
+    user_name: str | None
+    character_name: str | None
+    heartbeat: float
+
+
+async def _serve(files: HostFiles, flags: ServeFlags, options: EndpointOptions | None) -> None:
+    """The extension host (and the endpoint, given its options) until SIGINT or SIGTERM."""
+    ext = ExtensionHost(
+        allowed_origins=flags.origins, call_timeout=flags.call_timeout, pages_dir=flags.pages
+    )
+    try:
+        url = await ext.start(flags.port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on 127.0.0.1:{flags.port}: {exc}") from None
+    files.write(url, ext.token)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    ws = url.replace("http://", "ws://") + PAGE_PATH
+    click.echo(f"extension host: {url}  (pages connect to {ws})")
+    click.echo(f"client script: {url}{CLIENT_PATH}")
+    click.echo(f"token: {ext.token}  (also in {files.token_path})")
+    sys.stdout.flush()
+    try:
+        if options is None:
+            await stop.wait()
+        else:
+            from tavern_agent.endpoint.serve import serve_endpoint
+
+            await serve_endpoint(options, stop)
+    finally:
+        files.clear()
+        await ext.aclose()
