@@ -111,6 +111,8 @@ class RunProgress:
     usage: dict[str, int] = field(default_factory=dict)
 
     def __call__(self, record: JournalRecord) -> None:
+        """Take one journal record: add a response's token
+        usage, and report each ended call as a progress line."""
         event = record.event
         if isinstance(event, ev.ModelResponseStored):
             add_usage(self.usage, event.usage)
@@ -142,6 +144,7 @@ class AgentService:
 
     @property
     def data_dir(self) -> Path:
+        """The data folder the service's runs live in."""
         return self.assembly.data.path
 
     async def start(
