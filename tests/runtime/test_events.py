@@ -10,12 +10,15 @@ import msgspec
 
 from tavern_agent.runtime import events as ev
 from tavern_agent.runtime.journal import (
+    KINDS,
     Journal,
     JournalRecord,
     JournalTail,
+    decode_event,
     read_events,
     read_journal,
 )
+from tavern_agent.runtime.journal_doc import field_docs, journal_doc
 
 REPO = Path(__file__).resolve().parents[2]
 SKIP = {".git", ".venv", "node_modules"}
@@ -103,7 +106,7 @@ def test_unknown_kinds_and_payloads_that_do_not_fit_are_kept_opaque(tmp_path: Pa
     assert records[1].event == ev.Opaque("model_request", {"round": "one"})
     assert records[2].event == ev.FinishAccepted(call_id="c1", invocation_id="inv_1", reason=None)
     assert [r.seq for r in records] == [1, 2, 3]
-    assert isinstance(ev.decode_event("run_started", ["not", "an", "object"]), ev.Opaque)
+    assert isinstance(decode_event("run_started", ["not", "an", "object"]), ev.Opaque)
     assert isinstance(JournalRecord.from_json({"type": "model_request"}).event, ev.Opaque)
 
 
@@ -158,9 +161,9 @@ def test_a_follower_gets_each_record_once(tmp_path: Path) -> None:
 
 def test_docs_journal_md_is_generated_from_the_event_types() -> None:
     doc = (REPO / "docs" / "journal.md").read_text(encoding="utf-8")
-    assert doc == ev.journal_doc(), "run: python -m tavern_agent.runtime.events > docs/journal.md"
-    for kind, cls in ev.KINDS.items():
-        text, described = ev.field_docs(cls)
+    assert doc == journal_doc(), "run: python -m tavern_agent.runtime.journal_doc > docs/journal.md"
+    for kind, cls in KINDS.items():
+        text, described = field_docs(cls)
         fields = [f.name for f in msgspec.structs.fields(cls)]
         assert text and list(described) == fields, kind
         assert f"## `{kind}`" in doc

@@ -55,6 +55,7 @@ from tavern_agent.core.results import (
 )
 from tavern_agent.core.tool_ids import AWAIT
 from tavern_agent.providers.transcript import RecordedCall, UserMessage
+from tavern_agent.runtime import events as ev
 from tavern_agent.runtime.agent_task import AgentTask, AwaitingTasks
 from tavern_agent.runtime.briefs import (
     child_system_prompt,
@@ -124,7 +125,7 @@ class AgentTasks:
         # await calls left waiting, by (invocation id, call id): call ids are the model's
         # and need not be unique across invocations
         self.awaiting: dict[tuple[str, str], AwaitRequested] = {}
-        self._started: dict[str, dict[str, Any]] = {}  # task_started payloads, by child inv id
+        self._started: dict[str, ev.TaskStarted] = {}  # by child invocation id
 
     def caller(self, inv: Invocation) -> Profile:
         """The profile of the agent that ``inv`` runs."""
@@ -218,18 +219,17 @@ class AgentTasks:
         task = AgentTask(task_id, target.id, key, target, inv, child, title)
         self.tasks[task_id] = task
         self.by_inv[inv_id] = task
-        self.journal.append(
-            "task_started",
-            {
-                "taskId": task_id,
-                "agentId": target.id,
-                "key": key,
-                "mode": "return_to_parent",
-                "invocationId": inv_id,
-                "parentInvocationId": inv.id,
-                "callId": rc.call_id,
-                "title": title,
-            },
+        self.journal.write(
+            ev.TaskStarted(
+                task_id=task_id,
+                agent_id=target.id,
+                key=key,
+                mode="return_to_parent",
+                invocation_id=inv_id,
+                parent_invocation_id=inv.id,
+                call_id=rc.call_id,
+                title=title,
+            )
         )
         self.host.invocation_started(child)
         if self.background:
@@ -333,18 +333,18 @@ class AgentTasks:
     ) -> None:
         """Leave the call waiting (durable engines): journaled, so any worker continues it."""
         ids = [t.id for t in tasks]
-        self.journal.append(
-            "task_await_waiting",
-            {
-                "invocationId": inv.id,
-                "callId": rc.call_id,
-                "taskIds": ids,
-                "mode": effect.mode,
-                "timeoutMs": effect.timeout_ms,
+        asked = None if effect.task_ids is None else list(effect.task_ids)
+        self.journal.write(
+            ev.TaskAwaitWaiting(
+                invocation_id=inv.id,
+                call_id=rc.call_id,
+                task_ids=ids,
+                mode=effect.mode,
+                timeout_ms=effect.timeout_ms,
                 # the gate counted the call already; a fresh engine must not lose that
-                "gate": inv.gate.state(),
-                "effect": {"taskIds": effect.task_ids, "mode": effect.mode},
-            },
+                gate=inv.gate.state(),
+                effect=ev.AwaitEffect(asked, effect.mode),
+            )
         )
         self.awaiting[inv.id, rc.call_id] = effect
         raise AwaitingTasks(rc.call_id, ids, effect.mode, effect.timeout_ms)
@@ -364,9 +364,8 @@ class AgentTasks:
         for t in fresh:
             t.mark_seen()
         text = "## Finished tasks\n" + task_report(entries)
-        self.journal.append(
-            "task_results_injected",
-            {"invocationId": inv.id, "taskIds": [t.id for t in fresh], "text": text},
+        self.journal.write(
+            ev.TaskResultsInjected(invocation_id=inv.id, task_ids=[t.id for t in fresh], text=text)
         )
         inv.add_user(UserMessage(text))
 
@@ -418,19 +417,17 @@ class AgentTasks:
             text = result_markdown(task.title, task.agent_id, task.id, record)
             run.workspace.write_atomic(path, text.encode("utf-8"), durable=False)
         finally:
-            self.journal.append(
-                "task_finished",
-                {
-                    "taskId": task.id,
-                    "agentId": task.agent_id,
-                    "invocationId": task.inv.id,
-                    "parentInvocationId": task.parent.id,
-                    "status": status,
-                    "reason": reason,
-                    "summaryPath": path,
-                    "result": record,
-                },
-                level="info" if status == "completed" else "warn",
+            self.journal.write(
+                ev.TaskFinished(
+                    task_id=task.id,
+                    agent_id=task.agent_id,
+                    invocation_id=task.inv.id,
+                    parent_invocation_id=task.parent.id,
+                    status=status,
+                    reason=reason,
+                    summary_path=path,
+                    result=record,
+                )
             )
             task.wake()
 
@@ -457,29 +454,32 @@ class AgentTasks:
     # ------------------------------------------------------------ the journal's fold
 
     def fold(
-        self, event_type: str, p: Mapping[str, Any], by_id: Mapping[str, Invocation]
+        self,
+        event: ev.TaskStarted
+        | ev.TaskFinished
+        | ev.TaskResultsInjected
+        | ev.TaskAwaitWaiting
+        | ev.InvocationStarted,
+        by_id: Mapping[str, Invocation],
     ) -> Invocation | None:
         """Apply one of the tasks' journal events; a child's start gives its invocation."""
-        if event_type == "task_started":
-            self._started[p["invocationId"]] = dict(p)
-        elif event_type == "invocation_started":
-            return self._rebuild_child(p, by_id)
-        elif event_type == "task_finished":
-            task = self.tasks.get(p["taskId"])
-            if task is not None:
-                task.end(
-                    str(p["status"]),
-                    p.get("result") or {"summaryPath": p.get("summaryPath", "")},
+        match event:
+            case ev.TaskStarted():
+                self._started[event.invocation_id] = event
+            case ev.InvocationStarted():
+                return self._rebuild_child(event, by_id)
+            case ev.TaskFinished():
+                task = self.tasks.get(event.task_id)
+                if task is not None:
+                    task.end(event.status, event.result or {"summaryPath": event.summary_path})
+                    task.wake()
+            case ev.TaskResultsInjected():
+                self._saw(event.task_ids)
+            case ev.TaskAwaitWaiting():
+                asked = event.effect.task_ids
+                self.awaiting[event.invocation_id, event.call_id] = AwaitRequested(
+                    None if asked is None else tuple(asked), event.effect.mode, event.timeout_ms
                 )
-                task.wake()
-        elif event_type == "task_results_injected":
-            self._saw(p.get("taskIds", ()))
-        elif event_type == "task_await_waiting":
-            effect = p["effect"]
-            ids = effect.get("taskIds")
-            self.awaiting[p["invocationId"], p["callId"]] = AwaitRequested(
-                None if ids is None else tuple(ids), str(effect["mode"]), int(p["timeoutMs"])
-            )
         return None
 
     def fold_result(self, result: Mapping[str, Any]) -> None:
@@ -496,38 +496,36 @@ class AgentTasks:
                 task.mark_seen()
 
     def _rebuild_child(
-        self, p: Mapping[str, Any], by_id: Mapping[str, Invocation]
+        self, p: ev.InvocationStarted, by_id: Mapping[str, Invocation]
     ) -> Invocation | None:
         """A child invocation and its task from their start events; None if not all is there
         (its snapshot lost to a power failure, or its profile gone): it is not resumed."""
-        started = self._started.pop(p["invocationId"], None)
-        parent = by_id.get(str(p.get("parentInvocationId")))
-        profile = self.source.get(str(p.get("agentId", "")))
-        prompt = p.get("prompt")
-        if started is None or parent is None or profile is None or not prompt:
+        started = self._started.pop(p.invocation_id, None)
+        parent = by_id.get(str(p.parent_invocation_id))
+        profile = self.source.get(p.agent_id or "")
+        prompt = p.prompt
+        if started is None or parent is None or profile is None or prompt is None:
             return None
         run = self.run
         snapshot = self.child_snapshots.get(profile.id)
-        if snapshot is None or snapshot.id != p["snapshotId"]:
+        if snapshot is None or snapshot.id != p.snapshot_id:
             try:
-                snapshot = ToolSnapshot.load(
-                    run.run_dir / run_layout.snapshot_file(p["snapshotId"])
-                )
+                snapshot = ToolSnapshot.load(run.run_dir / run_layout.snapshot_file(p.snapshot_id))
             except (OSError, ValueError):
                 return None
             self.child_snapshots[profile.id] = snapshot
-        child = by_id.get(p["invocationId"]) or run.add_invocation(  # older run.json lists it
-            p["invocationId"],
+        child = by_id.get(p.invocation_id) or run.add_invocation(  # older run.json lists it
+            p.invocation_id,
             snapshot,
-            prompt["system"],
-            prompt["user"],
+            prompt.system,
+            prompt.user,
             kind="child",
             profile=profile,
             parent_id=parent.id,
-            task_id=started["taskId"],
+            task_id=started.task_id,
         )
         task = AgentTask(
-            started["taskId"], profile.id, started["key"], profile, parent, child, started["title"]
+            started.task_id, profile.id, started.key, profile, parent, child, started.title
         )
         self.tasks[task.id] = task
         self.by_inv[child.id] = task

@@ -40,6 +40,7 @@ from tavern_agent.providers.transcript import (
     outcome_unknown_result,
     truncated_result,
 )
+from tavern_agent.runtime import events as ev
 from tavern_agent.runtime.agents import AgentTasks
 from tavern_agent.runtime.checkpoint import Checkpoints
 from tavern_agent.runtime.effects import Effects
@@ -216,18 +217,19 @@ class CallRunner:
         snapshot = inv.snapshot
         name = rc.name if isinstance(rc.name, str) else None
         binding = snapshot.by_name(name) if name is not None else None
-        self.journal.append(
-            "tool_call_requested",
-            {
-                "round": number,
-                "invocationId": inv.id,
-                "callId": rc.call_id,
-                "toolId": None if binding is None else str(binding.tool_id),
-                "source": None if binding is None else self.run.tools.source_of(binding.tool_id),
-                "snapshotId": snapshot.id,
-                "name": rc.name,
-            }
-            | self._arguments_record(inv, rc, number),
+        arguments, arguments_ref = self._arguments_record(inv, rc, number)
+        self.journal.write(
+            ev.ToolCallRequested(
+                round=number,
+                invocation_id=inv.id,
+                call_id=rc.call_id,
+                tool_id=None if binding is None else str(binding.tool_id),
+                source=None if binding is None else self.run.tools.source_of(binding.tool_id),
+                snapshot_id=snapshot.id,
+                name=rc.name,
+                arguments=arguments,
+                arguments_ref=arguments_ref,
+            )
         )
         inv.call_requested(rc.call_id)
         started = time.monotonic()
@@ -238,9 +240,8 @@ class CallRunner:
         else:
             # A call whose effect must not be repeated blindly is preceded by a
             # barrier: after a power loss the journal then shows it as started.
-            self.journal.append(
-                "tool_call_started",
-                {"callId": rc.call_id, "invocationId": inv.id, "round": number},
+            self.journal.write(
+                ev.ToolCallStarted(call_id=rc.call_id, invocation_id=inv.id, round=number),
                 sync=binding is None or binding.tool_id not in self._repeatable,
             )
             executed = await inv.gate.handle(rc.call, round=number)
@@ -265,8 +266,11 @@ class CallRunner:
         # In one process (a durable run resumed locally) the wait blocks as usual.
         return await self.tasks.wait(inv, rc, binding, effect, block=self.tasks.background)
 
-    def _arguments_record(self, inv: Invocation, rc: RecordedCall, number: int) -> dict[str, Any]:
-        """The raw arguments as the journal keeps them: inline, or in a file when large.
+    def _arguments_record(
+        self, inv: Invocation, rc: RecordedCall, number: int
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """The raw arguments as the journal keeps them: inline, or (the path of) a file
+        when large.
 
         Inline is the common case and writes no file; a large argument (a whole
         chapter for write_file) goes to ``tool-args/`` so the journal stays small.
@@ -274,12 +278,12 @@ class CallRunner:
         raw = _raw_json(rc.call.raw_arguments)
         text = json.dumps(raw, ensure_ascii=False)
         if len(text) <= INLINE_ARGUMENTS_CHARS:
-            return {"arguments": raw}
+            return raw, None
         ref = run_layout.tool_arguments(inv.id, number, rc.call_id)
         record = {"callId": rc.call_id, "name": rc.name} | raw
         with contextlib.suppress(AlreadyWritten):  # written before an interruption
             write_audit(self.run.run_dir / ref, json.dumps(record, ensure_ascii=False).encode())
-        return {"argumentsRef": ref}
+        return None, ref
 
     def store(
         self,
@@ -293,30 +297,28 @@ class CallRunner:
         # The journal is the result's record (a long one was spilled to a file in
         # tool-results/ by the gate, and the record holds its preview); the gate's
         # counters ride along so that resume folds them back.
-        self.journal.append(
-            "tool_result_stored",
-            {
-                "round": number,
-                "invocationId": inv.id,
-                "callId": rc.call_id,
-                "result": result.to_json(),
-                "gate": inv.gate.state(),
-            },
+        self.journal.write(
+            ev.ToolResultStored(
+                round=number,
+                invocation_id=inv.id,
+                call_id=rc.call_id,
+                result=result.to_json(),
+                gate=inv.gate.state(),
+            )
         )
-        outcome = {
-            "callId": rc.call_id,
-            "toolId": None if result.tool_id is None else str(result.tool_id),
-            "name": rc.name,
-            "isError": result.is_error,
-            "errorCode": None if result.error_code is None else result.error_code.value,
-            "message": _first_line(result.content),
-            "elapsedMs": round(elapsed * 1000, 2),
-            "resourceRefs": list(result.resource_refs),
-        }
-        if result.is_error:
-            self.journal.append("tool_call_failed", outcome, level="warn")
-        else:
-            self.journal.append("tool_call_completed", outcome)
+        outcome = ev.ToolCallFailed if result.is_error else ev.ToolCallCompleted
+        self.journal.write(
+            outcome(
+                call_id=rc.call_id,
+                tool_id=None if result.tool_id is None else str(result.tool_id),
+                name=rc.name,
+                is_error=result.is_error,
+                error_code=None if result.error_code is None else result.error_code.value,
+                message=_first_line(result.content),
+                elapsed_ms=round(elapsed * 1000, 2),
+                resource_refs=list(result.resource_refs),
+            )
+        )
         inv.add_result(ToolResultMessage(result))
 
     def pair_pending(self, inv: Invocation, *, cancelled: bool) -> None:

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from tavern_agent.providers.gateway import ModelError
 from tavern_agent.providers.transcript import AssistantMessage, UserMessage
+from tavern_agent.runtime import events as ev
 from tavern_agent.runtime.agent_task import AgentTask
 from tavern_agent.runtime.agents import AgentTasks
 from tavern_agent.runtime.calls import CallRunner
@@ -126,10 +127,8 @@ class Delegation:
 
     def _remind(self, inv: Invocation) -> None:
         text = task_return_reminder(inv.snapshot)
-        self.journal.append(
-            "reminder_added",
-            {"invocationId": inv.id, "round": inv.round, "savedTo": None, "text": text},
-            level="warn",
+        self.journal.write(
+            ev.ReminderAdded(invocation_id=inv.id, round=inv.round, saved_to=None, text=text)
         )
         inv.add_user(UserMessage(text))
         self.tasks.remind(inv)

@@ -26,6 +26,7 @@ from tavern_agent.core.results import (
     TaskReturned,
 )
 from tavern_agent.providers.transcript import RecordedCall
+from tavern_agent.runtime import events as ev
 from tavern_agent.runtime.agents import AgentTasks
 from tavern_agent.runtime.handoff import Handoffs
 from tavern_agent.runtime.invocation import Invocation
@@ -149,9 +150,8 @@ class Effects:
         )
         if refusal is not None:
             return refusal, None
-        self.journal.append(
-            "finish_accepted",
-            {"callId": rc.call_id, "invocationId": inv.id, "reason": effect.reason},
+        self.journal.write(
+            ev.FinishAccepted(call_id=rc.call_id, invocation_id=inv.id, reason=effect.reason)
         )
         return result, Finished()
 
@@ -161,7 +161,7 @@ class Effects:
         """After a call of the main line: is the message body the auto-commit candidate?"""
         candidate = candidate_after(result, effect, self.state.candidate)
         if self.state.set_candidate(candidate):
-            self.journal.append("auto_commit_candidate", {"candidate": candidate})
+            self.journal.write(ev.AutoCommitCandidate(candidate=candidate))
 
     def publish_if_due(self, number: int) -> None:
         """At the end of the main line's turn ``number``: auto-publish if the policy says so."""
@@ -178,7 +178,7 @@ class Effects:
     def _auto_publish(self, number: int) -> None:
         """Publish the message body (the policy decided it is due this round)."""
         self.state.set_candidate(False, published_round=number)
-        self.journal.append("auto_commit_candidate", {"candidate": False, "round": number})
+        self.journal.write(ev.AutoCommitCandidate(candidate=False, round=number))
         try:
             if not self.run.workspace.read_bytes(MESSAGE_BODY).strip():
                 return  # an emptied body is not a reply
@@ -203,26 +203,23 @@ class Effects:
 
     def _commit_requested(self, call_id: str, effect: CommitRequested, *, auto: bool) -> int:
         index = self.state.request_commit()
-        payload = {
-            "callId": call_id,
-            "index": index,
-            "path": effect.path,
-            "mode": effect.mode,
-        }
-        self.journal.append(
-            "commit_requested", payload | ({"auto": True} if auto else {}), sync=True
+        requested = ev.CommitRequested(
+            call_id=call_id, index=index, path=effect.path, mode=effect.mode, auto=auto
         )
+        self.journal.write(requested, sync=True)
         return index
 
     def _commit_confirmed(
         self, call_id: str, index: int, receipt: CommitReceipt, *, auto: bool
     ) -> None:
         self.state.confirm_commit(index, receipt.floor, auto=auto)
-        payload = {
-            "callId": call_id,
-            "index": index,
-            "floor": receipt.floor,
-            "created": receipt.created,
-            "chars": receipt.chars,
-        }
-        self.journal.append("commit_confirmed", payload | ({"auto": True} if auto else {}))
+        self.journal.write(
+            ev.CommitConfirmed(
+                call_id=call_id,
+                index=index,
+                floor=receipt.floor,
+                created=receipt.created,
+                chars=receipt.chars,
+                auto=auto,
+            )
+        )

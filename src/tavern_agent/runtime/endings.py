@@ -9,23 +9,17 @@ gets back, and what a resumed run that had ended reads from its journal.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from tavern_agent.core.errors import ErrorCode
+from tavern_agent.runtime import events as ev
 from tavern_agent.runtime.agents import AgentTasks
 from tavern_agent.runtime.calls import CallRunner
 from tavern_agent.runtime.checkpoint import Checkpoints
-from tavern_agent.runtime.journal import Event, Journal
+from tavern_agent.runtime.journal import Journal
 from tavern_agent.runtime.persist import PersistStore
 from tavern_agent.runtime.run import Run
 from tavern_agent.runtime.state import RunState
 
-TERMINAL = {
-    "run_completed": "completed",
-    "run_partial_success": "partial_success",
-    "run_failed": "failed",
-    "run_cancelled": "cancelled",
-}
 CANCELLED_MESSAGE = "The run was cancelled."
 
 
@@ -43,18 +37,18 @@ class RunResult:
     final_text: str | None = None  # a session run's answer
 
     @classmethod
-    def from_event(cls, event: Event) -> RunResult:
-        """The result a terminal journal event records."""
-        p = event["payload"]
+    def from_ended(cls, run_id: str, ended: ev.RunEnded) -> RunResult:
+        """The result a run's ending event records."""
+        stopped = ended if isinstance(ended, ev.RunStopped) else None
         return cls(
-            event["runId"],
-            TERMINAL[event["type"]],
-            int(p.get("rounds", 0)),
-            int(p.get("commits", 0)),
-            p.get("errorCode"),
-            p.get("message", ""),
-            p.get("floor"),
-            p.get("finalText"),
+            run_id,
+            ended.status,
+            ended.rounds,
+            ended.commits,
+            None if stopped is None else stopped.error_code,
+            "" if stopped is None else stopped.message,
+            ended.floor,
+            ended.final_text if isinstance(ended, ev.RunCompleted) else None,
         )
 
 
@@ -85,43 +79,32 @@ class Endings:
             promotion = PersistStore(chat_ws).promote(
                 run.workspace.root / "persist", run.persist_base, run.id
             )
-            level = "warn" if promotion.status == "conflict" else "info"
-            self.journal.append(
-                f"persist_{promotion.status}",
-                {"version": promotion.version, "sha": promotion.sha, "base": run.persist_base.sha},
-                level=level,
+            outcome = ev.PERSIST_OUTCOMES[promotion.status]
+            self.journal.write(
+                outcome(version=promotion.version, sha=promotion.sha, base=run.persist_base.sha)
             )
-        payload = state.summary() | ({"finalText": final_text} if final_text is not None else {})
-        self.end("run_completed", None, "", payload)
-        return RunResult(
-            run.id,
-            "completed",
-            state.rounds,
-            state.commits_confirmed,
+        ended = ev.RunCompleted(
+            rounds=state.rounds,
+            commits=state.commits_confirmed,
             floor=state.floor,
             final_text=final_text,
         )
+        self.end(ended)
+        return RunResult.from_ended(run.id, ended)
 
     def fail(self, code: ErrorCode, message: str) -> RunResult:
         """The run cannot go on: failed, or partly successful once it committed."""
-        state = self.state
-        kind = "run_partial_success" if state.commits_confirmed else "run_failed"
+        kind = ev.RunPartialSuccess if self.state.commits_confirmed else ev.RunFailed
+        ended = self._stopped(kind, code, message)
         try:
-            self.end(kind, code, message)
+            self.end(ended)
         except OSError as exc:
             # A full disk may not take the ending either. The outcome is still reported;
             # the journal shows an interrupted run, which --resume continues.
             if code is not ErrorCode.RUN_STORAGE_FAILED:
-                code, message = ErrorCode.RUN_STORAGE_FAILED, f"{type(exc).__name__}: {exc}"
-        return RunResult(
-            self.run.id,
-            TERMINAL[kind],
-            state.rounds,
-            state.commits_confirmed,
-            code.value,
-            message,
-            state.floor,
-        )
+                why = f"{type(exc).__name__}: {exc}"
+                ended = self._stopped(kind, ErrorCode.RUN_STORAGE_FAILED, why)
+        return RunResult.from_ended(self.run.id, ended)
 
     def storage_failed(self, exc: Exception) -> RunResult:
         """The run's storage failed (a full disk): a resume goes on once there is room."""
@@ -129,26 +112,25 @@ class Endings:
 
     def cancel(self) -> RunResult:
         """End the run as cancelled; the open calls of its current invocation are paired."""
+        self.calls.pair_pending(self.state.current, cancelled=True)
+        ended = self._stopped(ev.RunCancelled, ErrorCode.RUN_CANCELLED, CANCELLED_MESSAGE)
+        self.end(ended)
+        return RunResult.from_ended(self.run.id, ended)
+
+    def _stopped(self, kind: type[ev.RunStopped], code: ErrorCode, message: str) -> ev.RunStopped:
+        """The ending event of a run that stops with ``code``, with the run's counters."""
         state = self.state
-        self.calls.pair_pending(state.current, cancelled=True)
-        self.end("run_cancelled", ErrorCode.RUN_CANCELLED, CANCELLED_MESSAGE)
-        return RunResult(
-            self.run.id,
-            "cancelled",
-            state.rounds,
-            state.commits_confirmed,
-            ErrorCode.RUN_CANCELLED.value,
-            CANCELLED_MESSAGE,
-            state.floor,
+        return kind(
+            rounds=state.rounds,
+            commits=state.commits_confirmed,
+            floor=state.floor,
+            error_code=code.value,
+            message=message,
         )
 
-    def end(
-        self, kind: str, code: ErrorCode | None, message: str, payload: dict[str, Any] | None = None
-    ) -> None:
-        """Stop the live tasks, journal the terminal event ``kind``, save the checkpoint."""
-        self.tasks.stop_all("the run ended" if code is None else message.rstrip("."))
-        body = payload or self.state.summary()
-        if code is not None:
-            body = body | {"errorCode": code.value, "message": message}
-        self.journal.append(kind, body, level="info" if code is None else "error", sync=True)
+    def end(self, ended: ev.RunEnded) -> None:
+        """Stop the live tasks, journal the ending event, save the checkpoint."""
+        why = ended.message.rstrip(".") if isinstance(ended, ev.RunStopped) else "the run ended"
+        self.tasks.stop_all(why)
+        self.journal.write(ended, sync=True)
         self.checkpoints.save(self.run.invocations)

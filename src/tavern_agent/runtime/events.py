@@ -1,32 +1,23 @@
 """The journal's events: every kind a run's ``events.jsonl`` holds, as a frozen value.
 
-Each class is one kind: :attr:`JournalEvent.kind` is the line's ``type``, and
-its fields are the line's ``payload`` (camelCase on disk). A field with a
-default is written only when its value differs from it (``auto`` only when
-true); :data:`msgspec.UNSET` marks a key that a journal may lack (an older
-writer's) but that is always written now. :attr:`JournalEvent.level` is the
-line's ``level`` unless the writer says otherwise.
-
-:func:`decode_event` turns a line's type and payload back into its value; a
-kind this code does not know (a newer writer's), or a payload that does not
-fit its kind, comes back as :class:`Opaque` (the kind and the raw payload),
-never as an error. Readers match on the classes; import the module as
-``from tavern_agent.runtime import events as ev`` (some names, such as
-:class:`HandoffAccepted`, are also the names of tool effects).
-
-``docs/journal.md`` is :func:`journal_doc` (a test keeps them equal): each
-class's docstring says what the event means, and its ``name: text`` lines
-describe the fields.
+Each class is one kind: :attr:`JournalEvent.kind` is the line's ``type``, its
+fields the line's ``payload`` (camelCase on disk). A field with a default is
+written only when its value differs from it (``auto`` only when true);
+:data:`msgspec.UNSET` marks a key some journals lack (see its description).
+:attr:`JournalEvent.level` is the line's ``level`` unless the writer chooses.
+:func:`~tavern_agent.runtime.journal.decode_event` gives a line's value back
+(an unknown kind, a newer writer's, is kept :class:`Opaque`). Import the module as
+``events as ev``: some names (``HandoffAccepted``)
+are also tool effects'. Each docstring's ``name: text`` lines describe the
+fields, a base's for its kinds; ``docs/journal.md`` is generated from them
+(:mod:`tavern_agent.runtime.journal_doc`).
 """
 
 from __future__ import annotations
 
-import inspect
-import re
-import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Union, get_args, get_origin
+from typing import Any, ClassVar, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -64,15 +55,9 @@ class Opaque:
         """``info``: nothing is known about the event."""
         return "info"
 
-    def payload(self) -> dict[str, Any]:
-        """The payload as it was read (``{}`` if it was not an object)."""
-        return dict(self.raw) if isinstance(self.raw, Mapping) else {}
-
 
 Event = JournalEvent | Opaque
-
-
-# ---------------------------------------------------------------- the run
+"""What a journal line holds: a typed event, or one kept opaque."""
 
 
 class RunStarted(JournalEvent, frozen=True, kw_only=True):
@@ -151,9 +136,6 @@ class InvocationStarted(JournalEvent, frozen=True, kw_only=True):
     prompt: Prompt | None = None
 
 
-# ---------------------------------------------------------------- model turns
-
-
 class ModelRequest(JournalEvent, frozen=True, kw_only=True):
     """The model is asked for an invocation's next turn (not when a stored response is reused).
 
@@ -207,9 +189,6 @@ class ReminderAdded(JournalEvent, frozen=True, kw_only=True):
     round: int
     saved_to: str | None
     text: str
-
-
-# ---------------------------------------------------------------- tool calls
 
 
 class ToolCallRequested(JournalEvent, frozen=True, kw_only=True):
@@ -275,7 +254,17 @@ class ToolResultStored(JournalEvent, frozen=True, kw_only=True):
 
 
 class ToolCallEnded(JournalEvent, frozen=True):
-    """A call's outcome in short, for progress views."""
+    """A call's outcome in short, for progress views.
+
+    call_id: the model's call id
+    tool_id: the tool (null: no such tool)
+    name: the name the model called
+    is_error: whether the result is an error
+    error_code: the error's code
+    message: the result's first line
+    elapsed_ms: how long the call took
+    resource_refs: the resources the result names
+    """
 
     call_id: str
     tool_id: str | None
@@ -288,39 +277,16 @@ class ToolCallEnded(JournalEvent, frozen=True):
 
 
 class ToolCallCompleted(ToolCallEnded, frozen=True, kw_only=True):
-    """A call succeeded.
-
-    call_id: the model's call id
-    tool_id: the tool that ran
-    name: the name the model called
-    is_error: false
-    error_code: null
-    message: the result's first line
-    elapsed_ms: how long the call took
-    resource_refs: the resources the result names
-    """
+    """A call succeeded."""
 
     kind = "tool_call_completed"
 
 
 class ToolCallFailed(ToolCallEnded, frozen=True, kw_only=True):
-    """A call failed or was refused; the model sees the error and the next step.
-
-    call_id: the model's call id
-    tool_id: the tool (null: no such tool)
-    name: the name the model called
-    is_error: true
-    error_code: the error's code
-    message: the error's first line
-    elapsed_ms: how long the call took
-    resource_refs: the resources the result names
-    """
+    """A call failed or was refused; the model sees the error and the next step."""
 
     kind = "tool_call_failed"
     default_level = "warn"
-
-
-# ---------------------------------------------------------------- commits and endings
 
 
 class CommitRequested(JournalEvent, frozen=True, kw_only=True):
@@ -404,7 +370,12 @@ class FinishAccepted(JournalEvent, frozen=True, kw_only=True):
 
 
 class PersistOutcome(JournalEvent, frozen=True):
-    """What became of the run's ``persist/`` notes at its end."""
+    """What became of the run's ``persist/`` notes at its end.
+
+    version: the version now holding the run's tree (the current one if unchanged)
+    sha: the tree's sha
+    base: the sha the run started from
+    """
 
     status: ClassVar[str]
     version: str | None
@@ -413,24 +384,14 @@ class PersistOutcome(JournalEvent, frozen=True):
 
 
 class PersistUnchanged(PersistOutcome, frozen=True, kw_only=True):
-    """``persist/`` is as the run found it (or as published already): nothing new.
-
-    version: the current version
-    sha: the tree's sha
-    base: the sha the run started from
-    """
+    """``persist/`` is as the run found it (or as published already): nothing new."""
 
     kind = "persist_unchanged"
     status = "unchanged"
 
 
 class PersistPublished(PersistOutcome, frozen=True, kw_only=True):
-    """The run's ``persist/`` became the chat's new version.
-
-    version: the new version
-    sha: its tree's sha
-    base: the sha the run started from
-    """
+    """The run's ``persist/`` became the chat's new version."""
 
     kind = "persist_published"
     status = "published"
@@ -438,23 +399,26 @@ class PersistPublished(PersistOutcome, frozen=True, kw_only=True):
 
 class PersistConflict(PersistOutcome, frozen=True, kw_only=True):
     """Another run published since this one started: its tree is kept as a version that
-    the head does not name.
-
-    version: the version keeping this run's tree
-    sha: its tree's sha
-    base: the sha the run started from
-    """
+    the head does not name."""
 
     kind = "persist_conflict"
     status = "conflict"
     default_level = "warn"
 
 
-# ---------------------------------------------------------------- the run's end
+PERSIST_OUTCOMES: Mapping[str, type[PersistOutcome]] = {
+    c.status: c for c in (PersistUnchanged, PersistPublished, PersistConflict)
+}
+"""The persist event of each promotion status."""
 
 
 class RunEnded(JournalEvent, frozen=True):
-    """The run's outcome: the last event of an ended run."""
+    """The run's outcome: the last event of an ended run.
+
+    rounds: the rounds the run took
+    commits: the commits confirmed
+    floor: the chat floor the run's commits wrote
+    """
 
     status: ClassVar[str]
     rounds: int
@@ -465,9 +429,6 @@ class RunEnded(JournalEvent, frozen=True):
 class RunCompleted(RunEnded, frozen=True, kw_only=True):
     """The run finished: its reply was committed (a chat) or given (a session).
 
-    rounds: the rounds the run took
-    commits: the commits confirmed
-    floor: the chat floor the run's commits wrote
     final_text: a session run's answer
     """
 
@@ -477,7 +438,11 @@ class RunCompleted(RunEnded, frozen=True, kw_only=True):
 
 
 class RunStopped(RunEnded, frozen=True):
-    """A run that ended without finishing."""
+    """A run that ended without finishing.
+
+    error_code: why (``model.request_failed``, ``run.storage_failed``, ``run.cancelled``, …)
+    message: the error, for a person
+    """
 
     default_level = "error"
     error_code: str
@@ -485,48 +450,24 @@ class RunStopped(RunEnded, frozen=True):
 
 
 class RunFailed(RunStopped, frozen=True, kw_only=True):
-    """The run ended without a finish and without a commit.
-
-    rounds: the rounds the run took
-    commits: 0
-    floor: null
-    error_code: why (``model.request_failed``, ``run.storage_failed``, …)
-    message: the error, for a person
-    """
+    """The run ended without a finish and without a commit."""
 
     kind = "run_failed"
     status = "failed"
 
 
 class RunPartialSuccess(RunStopped, frozen=True, kw_only=True):
-    """The run ended without a finish after at least one commit.
-
-    rounds: the rounds the run took
-    commits: the commits confirmed
-    floor: the chat floor the commits wrote
-    error_code: why it stopped
-    message: the error, for a person
-    """
+    """The run ended without a finish after at least one commit."""
 
     kind = "run_partial_success"
     status = "partial_success"
 
 
 class RunCancelled(RunStopped, frozen=True, kw_only=True):
-    """The run was cancelled (Ctrl-C, ``runs cancel``, a client gone); open calls were paired.
-
-    rounds: the rounds the run took
-    commits: the commits confirmed
-    floor: the chat floor the commits wrote
-    error_code: ``run.cancelled``
-    message: the error, for a person
-    """
+    """The run was cancelled (Ctrl-C, ``runs cancel``, a client gone); open calls were paired."""
 
     kind = "run_cancelled"
     status = "cancelled"
-
-
-# ---------------------------------------------------------------- agents
 
 
 class TaskStarted(JournalEvent, frozen=True, kw_only=True):
@@ -643,121 +584,3 @@ class HandoffAccepted(JournalEvent, frozen=True, kw_only=True):
     to_invocation_id: str
     agent_id: str
     depth: int
-
-
-# ---------------------------------------------------------------- kinds and decoding
-
-
-def _kinds(cls: type[JournalEvent], found: dict[str, type[JournalEvent]]) -> None:
-    """The kinds below ``cls``, in the order they are defined above."""
-    if "kind" in vars(cls):
-        found[cls.kind] = cls
-    for sub in cls.__subclasses__():
-        _kinds(sub, found)
-
-
-KINDS: Mapping[str, type[JournalEvent]] = {}
-_kinds(JournalEvent, KINDS)  # type: ignore[arg-type]
-"""Every kind, by its tag."""
-
-
-def decode_event(kind: str, payload: Any) -> Event:
-    """The value of one line's ``type`` and ``payload``; :class:`Opaque` if it does not fit."""
-    cls = KINDS.get(kind)
-    if cls is None or not isinstance(payload, dict):
-        return Opaque(kind, payload)
-    try:
-        return msgspec.convert(payload, cls)
-    except msgspec.ValidationError:
-        return Opaque(kind, payload)
-
-
-# ---------------------------------------------------------------- docs/journal.md
-
-_FIELD_LINE = re.compile(r"(\w+): (.*)")
-DOC_HEAD = """# The run journal
-
-Each run folder holds `events.jsonl`: one JSON object per line,
-
-```json
-{"seq": 1, "id": "evt_…", "runId": "run_…", "timestamp": "…", "level": "info",
- "type": "run_started", "payload": {…}}
-```
-
-`seq` counts from 1 without gaps; `level` is `info`, `warn` or `error`; `type`
-is the event's kind and `payload` its fields, listed below with when each is
-written. Readers keep a kind they do not know (or a payload that does not fit
-its kind) as it is, and pass it by.
-
-This file is generated from `src/tavern_agent/runtime/events.py`
-(`python -m tavern_agent.runtime.events > docs/journal.md`); a test keeps it
-equal to the types.
-"""
-
-
-def field_docs(cls: type[JournalEvent]) -> tuple[str, dict[str, str]]:
-    """A kind's description and its fields' descriptions (by Python name), from its docstring."""
-    doc = inspect.cleandoc(cls.__doc__ or "")
-    head, _, rest = doc.partition("\n\n")
-    fields: dict[str, str] = {}
-    name = None
-    for line in rest.splitlines():
-        match = _FIELD_LINE.fullmatch(line)
-        if match is not None and not line.startswith(" "):
-            name = match.group(1)
-            fields[name] = match.group(2)
-        elif name is not None and line.strip():
-            fields[name] += " " + line.strip()
-    return " ".join(head.split()), fields
-
-
-def _type_name(tp: Any) -> str:
-    if tp is Any:
-        return "any"
-    if tp is type(None):
-        return "null"
-    if get_origin(tp) in (Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in get_args(tp) if a is not UnsetType)
-    if get_origin(tp) is list:
-        return f"list of {_type_name(get_args(tp)[0])}"
-    if get_origin(tp) is dict or tp is dict:
-        return "object"
-    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
-        return "object (" + ", ".join(f.encode_name for f in msgspec.structs.fields(tp)) + ")"
-    return {str: "string", int: "integer", float: "number", bool: "boolean"}.get(tp, str(tp))
-
-
-def _markdown(text: str) -> str:
-    return text.replace("``", "`").replace("|", "\\|")
-
-
-def _kind_doc(cls: type[JournalEvent]) -> Iterator[str]:
-    text, described = field_docs(cls)
-    yield f"## `{cls.kind}`"
-    yield ""
-    yield f"{_markdown(text)} Level: `{cls.default_level}`."
-    yield ""
-    yield "| field | type | written | meaning |"
-    yield "|---|---|---|---|"
-    for f in msgspec.structs.fields(cls):
-        if f.default is msgspec.NODEFAULT:
-            when = "always"
-        elif f.default is UNSET:
-            when = "see meaning"
-        else:
-            when = "when " + {None: "not null", False: "true"}[f.default]
-        meaning = _markdown(described.get(f.name, ""))
-        yield f"| `{f.encode_name}` | {_type_name(f.type)} | {when} | {meaning} |"
-    yield ""
-
-
-def journal_doc() -> str:
-    """``docs/journal.md``: every kind with its fields, generated from the classes."""
-    lines = [DOC_HEAD]
-    for cls in KINDS.values():
-        lines.extend(_kind_doc(cls))
-    return "\n".join(lines).rstrip("\n") + "\n"
-
-
-if __name__ == "__main__":
-    print(journal_doc(), end="")

@@ -14,6 +14,7 @@ from tavern_agent import run_layout
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import AgentToolResult, HandoffAccepted
 from tavern_agent.providers.transcript import RecordedCall
+from tavern_agent.runtime import events as ev
 from tavern_agent.runtime.agents import AgentTasks
 from tavern_agent.runtime.briefs import directory, handoff_brief
 from tavern_agent.runtime.invocation import Invocation
@@ -73,15 +74,14 @@ class Handoffs:
         new = run.add_invocation(
             inv_id, snapshot, system, brief, kind="handoff", profile=target, parent_id=inv.id
         )
-        self.journal.append(
-            "handoff_accepted",
-            {
-                "callId": rc.call_id,
-                "fromInvocationId": inv.id,
-                "toInvocationId": inv_id,
-                "agentId": target.id,
-                "depth": depth + 1,
-            },
+        self.journal.write(
+            ev.HandoffAccepted(
+                call_id=rc.call_id,
+                from_invocation_id=inv.id,
+                to_invocation_id=inv_id,
+                agent_id=target.id,
+                depth=depth + 1,
+            )
         )
         text = f"Handoff accepted for Agent {target.id}. Your part is complete."
         structured = {"agentId": target.id, "invocationId": inv_id}

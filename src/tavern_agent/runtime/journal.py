@@ -34,10 +34,34 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-from tavern_agent.runtime.events import Event as TypedEvent
-from tavern_agent.runtime.events import Level, Opaque, decode_event
+import msgspec
 
-Event = dict[str, Any]  # a line as its JSON object
+from tavern_agent.runtime.events import Event, JournalEvent, Level, Opaque
+
+Line = dict[str, Any]  # a line as its JSON object
+
+
+def _kinds(cls: type[JournalEvent], found: dict[str, type[JournalEvent]]) -> None:
+    if "kind" in vars(cls):
+        found[cls.kind] = cls
+    for sub in cls.__subclasses__():
+        _kinds(sub, found)
+
+
+KINDS: Mapping[str, type[JournalEvent]] = {}
+"""Every event kind, by its tag, in the order :mod:`~tavern_agent.runtime.events` defines them."""
+_kinds(JournalEvent, KINDS)  # type: ignore[arg-type]
+
+
+def decode_event(kind: str, payload: Any) -> Event:
+    """The value of one line's ``type`` and ``payload``; :class:`Opaque` if it does not fit."""
+    cls = KINDS.get(kind)
+    if cls is None or not isinstance(payload, dict):
+        return Opaque(kind, payload)
+    try:
+        return msgspec.convert(payload, cls)
+    except msgspec.ValidationError:
+        return Opaque(kind, payload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +73,7 @@ class JournalRecord:
     run_id: str
     timestamp: str
     level: str
-    event: TypedEvent
+    event: Event
 
     @property
     def kind(self) -> str:
@@ -69,7 +93,7 @@ class JournalRecord:
             decode_event(str(line.get("type", "")), line.get("payload")),
         )
 
-    def to_json(self) -> Event:
+    def to_json(self) -> Line:
         """The record as its line's object."""
         return {
             "seq": self.seq,
@@ -86,17 +110,18 @@ class JournalRecord:
 Listener = Callable[[JournalRecord], None]
 
 
-def _records(events: list[Event]) -> list[JournalRecord]:
+def _records(events: list[Line]) -> list[JournalRecord]:
     return [JournalRecord.from_json(e) for e in events if isinstance(e, dict)]
 
 
-def read_events(path: Path) -> list[Event]:
-    """Every complete event of a journal, in order (a torn last line is skipped)."""
+def read_events(path: Path) -> list[Line]:
+    """Every complete line of a journal as its JSON object, in order (a torn last line is
+    skipped): the file as written. :func:`read_journal` gives the typed records."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return []
-    events: list[Event] = []
+    events: list[Line] = []
     for line in data.split(b"\n"):
         if not line:
             continue
@@ -123,15 +148,15 @@ class JournalTail:
         self.path = path
         self._offset = 0
 
-    def new_events(self) -> list[Event]:
-        """The complete events written since the previous call, in order."""
+    def new_events(self) -> list[Line]:
+        """The complete lines written since the previous look, as their JSON objects."""
         try:
             with self.path.open("rb") as f:
                 f.seek(self._offset)
                 data = f.read()
         except FileNotFoundError:
             return []
-        events: list[Event] = []
+        events: list[Line] = []
         for line in data.split(b"\n")[:-1]:  # after the last newline: not complete yet
             if line:
                 try:
@@ -182,7 +207,7 @@ class Journal:
         self._unsynced = False
 
     def write(
-        self, event: TypedEvent, *, level: Level | None = None, sync: bool = False
+        self, event: Event, *, level: Level | None = None, sync: bool = False
     ) -> JournalRecord:
         """Append ``event`` (at its kind's level unless ``level`` says otherwise); ``sync``
         makes it durable, with every event before it."""
@@ -212,7 +237,9 @@ class Journal:
     def append(
         self, type: str, payload: Mapping[str, Any], *, level: str = "info", sync: bool = False
     ) -> JournalRecord:
-        """Append the event of kind ``type`` that ``payload`` makes (opaque if it fits none)."""
+        """Append a line of kind ``type`` from a JSON ``payload`` (a copied journal's, a
+        test's): typed if it fits its kind, opaque otherwise. The run writes typed events
+        with :meth:`write`."""
         return self.write(decode_event(type, dict(payload)), level=cast(Level, level), sync=sync)
 
     def _count_others(self) -> None:

@@ -32,13 +32,14 @@ from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.providers.gateway import ModelError, ModelGateway
 from tavern_agent.providers.transcript import AssistantMessage, UserMessage
+from tavern_agent.runtime import events as ev
 from tavern_agent.runtime.agent_task import AwaitingTasks
 from tavern_agent.runtime.agents import AgentTasks
 from tavern_agent.runtime.calls import CallRunner
 from tavern_agent.runtime.checkpoint import Checkpoints
 from tavern_agent.runtime.delegation import Delegation
 from tavern_agent.runtime.effects import Effects
-from tavern_agent.runtime.endings import TERMINAL, Endings, RunResult
+from tavern_agent.runtime.endings import Endings, RunResult
 from tavern_agent.runtime.handoff import Handoffs
 from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.journal import Journal, Listener
@@ -60,7 +61,7 @@ from tavern_agent.runtime.turns import (
 )
 from tavern_agent.workspace.store import WorkspaceEscape
 
-__all__ = ["TERMINAL", "Engine", "ResumeRefused", "RunResult"]
+__all__ = ["Engine", "ResumeRefused", "RunResult"]
 
 
 class Engine:
@@ -376,10 +377,8 @@ class Engine:
             saved = run_layout.turn_text(rounds)
             self._run.workspace.write_atomic(saved, message.text.encode("utf-8"))
         text = text_turn_reminder(inv.snapshot, saved)
-        self._journal.append(
-            "reminder_added",
-            {"invocationId": inv.id, "round": rounds, "savedTo": saved, "text": text},
-            level="warn",
+        self._journal.write(
+            ev.ReminderAdded(invocation_id=inv.id, round=rounds, saved_to=saved, text=text)
         )
         inv.add_user(UserMessage(text))
         self._checkpoints.save(self._run.invocations)

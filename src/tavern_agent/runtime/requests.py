@@ -24,6 +24,7 @@ from tavern_agent.providers.gateway import (
     reply_to_json,
 )
 from tavern_agent.providers.transcript import Transcript
+from tavern_agent.runtime import events as ev
 from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.journal import Journal
 from tavern_agent.runtime.run import Run
@@ -67,30 +68,28 @@ class ModelRequests:
         message = reply.response.message
         if not inv.is_child:
             self.state.round_stored(number)
-        self.journal.append(
-            "model_response_stored",
-            {
-                "round": number,
-                "invocationId": inv.id,
-                "ref": path.relative_to(run.run_dir).as_posix(),
-                "message": Transcript((message,)).to_json()["items"][0],
-                "finish": message.finish.value,
-                "calls": len(message.calls),
-                "usage": dict(reply.response.usage),
-            },
+        self.journal.write(
+            ev.ModelResponseStored(
+                round=number,
+                invocation_id=inv.id,
+                ref=path.relative_to(run.run_dir).as_posix(),
+                message=Transcript((message,)).to_json()["items"][0],
+                finish=message.finish.value,
+                calls=len(message.calls),
+                usage=dict(reply.response.usage),
+            )
         )
         inv.add_turn(message)
 
     async def _ask(self, inv: Invocation, number: int, child: int | None, path: Path) -> ModelReply:
         """Ask the gateway, and store the reply and its raw form for the audit."""
-        self.journal.append(
-            "model_request",
-            {
-                "round": number,
-                "invocationId": inv.id,
-                "snapshotId": inv.snapshot.id,
-                "items": len(inv.transcript.items),
-            },
+        self.journal.write(
+            ev.ModelRequest(
+                round=number,
+                invocation_id=inv.id,
+                snapshot_id=inv.snapshot.id,
+                items=len(inv.transcript.items),
+            )
         )
         request = ModelRequest(self.run.id, inv.id, number, inv.transcript, inv.snapshot, child)
         started = time.monotonic()

@@ -9,8 +9,8 @@ listed here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from tavern_agent.runtime import events as ev
 from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.turns import Next
 
@@ -30,7 +30,7 @@ class RunState:
     # Where the journal's fold says the main line stands: a finish or a handoff
     # accepted but not yet acted on (None: go on as usual).
     resume_at: Next | None = None
-    pending_commit: dict[str, Any] | None = None  # journaled as requested, not confirmed
+    pending_commit: ev.CommitRequested | None = None  # journaled, not confirmed
     confirmed_calls: dict[str, str] = field(default_factory=dict)  # commit call id → path
 
     # ------------------------------------------------------------ the main line
@@ -64,10 +64,10 @@ class RunState:
         self.commits_requested += 1
         return self.commits_requested
 
-    def commit_journaled(self, payload: dict[str, Any]) -> None:
+    def commit_journaled(self, requested: ev.CommitRequested) -> None:
         """A ``commit_requested`` event: the commit's outcome is unknown until confirmed."""
-        self.commits_requested = int(payload["index"])
-        self.pending_commit = payload
+        self.commits_requested = requested.index
+        self.pending_commit = requested
 
     def confirm_commit(self, index: int, floor: int | None, *, auto: bool) -> None:
         """Commit ``index`` is in the chat, at ``floor``."""
@@ -97,7 +97,3 @@ class RunState:
         if published_round is not None:
             self.published_round = published_round
         return changed
-
-    def summary(self) -> dict[str, Any]:
-        """The counters an ending event records."""
-        return {"rounds": self.rounds, "commits": self.commits_confirmed, "floor": self.floor}
