@@ -135,6 +135,16 @@ async def test_page_tools_are_called_through_the_gate(
     assert again.structured["echoed"] == "still here"  # the connection survived the late reply
 
 
+async def test_a_tool_its_page_withdrew_answers_unavailable_no_action_taken(
+    served: Served, browser: Browser, remote: RemoteExtensionTools
+) -> None:
+    await open_page(browser, served, "withdrawn")
+    await until(lambda: len(remote.tools) == 1, "the tool reaches the runtime")
+    result = await call(gate_for(remote), "withdrawn", "{}")
+    assert result.error_code is ErrorCode.TOOL_UNAVAILABLE
+    assert result.content == "withdrawn is unavailable (removed or disabled); no action was taken."
+
+
 async def test_cancel_aborts_the_signal_and_reload_disconnects(
     served: Served, browser: Browser, remote: RemoteExtensionTools
 ) -> None:

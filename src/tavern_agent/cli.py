@@ -13,6 +13,7 @@ from tavern_agent.commands.mcp import mcp_group
 from tavern_agent.commands.profiles import profile_group, skills_group
 from tavern_agent.commands.run import run_command, runs_group
 from tavern_agent.commands.serve import serve_command
+from tavern_agent.commands.sillytavern import sillytavern_group
 from tavern_agent.commands.tools import call_command, tools_group
 from tavern_agent.commands.worker import worker_command
 from tavern_agent.config import default_data_dir
@@ -60,6 +61,7 @@ cli.add_command(skills_group)
 cli.add_command(profile_group)
 cli.add_command(mcp_group)
 cli.add_command(serve_command)
+cli.add_command(sillytavern_group)
 cli.add_command(run_command)
 cli.add_command(runs_group)
 cli.add_command(worker_command)

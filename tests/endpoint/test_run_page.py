@@ -17,7 +17,7 @@ from tests.endpoint.helpers import MESSAGES, REPLY, Served, serve_endpoint
 from tests.ext_helpers import CHROMIUM, CHROMIUM_ARGS
 from tests.runtime.openai_server import OpenAIServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 PROFILE = {
     "id": "holder",

@@ -25,6 +25,7 @@ that knows the key and the token, so neither is ever shown.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import html
 import json
@@ -175,9 +176,17 @@ class RunPages:
         return self._html(body)
 
     async def list_json(self, request: Request) -> Response:
+        """Every run's summary; with ``?running=1`` only those this process is running."""
         if not self.allowed(request):
             return self.refused()
-        return JSONResponse(self.redactor().value(self._summaries()), headers=SECURITY_HEADERS)
+        if request.query_params.get("running") == "1":
+            found = []
+            for run_id in sorted(self.running()):
+                with contextlib.suppress(RunNotFound):
+                    found.append(self._summary(find_run(self.data, run_id)))
+        else:
+            found = self._summaries()
+        return JSONResponse(self.redactor().value(found), headers=SECURITY_HEADERS)
 
     async def assets(self, request: Request) -> Response:
         if not self.allowed(request):

@@ -389,6 +389,8 @@ class ExtensionHost(RegisteredTools[WebTool]):
             return
         if message.get("ok") is True:
             receipt = receipt_for_value(message.get("result"), pending.name)
+        elif message.get("unavailable") is True:  # the page's tool went before the call came
+            receipt = unavailable(pending.name)
         else:
             error = message.get("error")
             text = error.get("message") if isinstance(error, dict) else None

@@ -11,6 +11,7 @@ Page protocol (JSON text messages)::
                  {"type": "list", "id": 4}
                  {"type": "resolve", "callId": "...", "ok": true, "result": <json>}
                  {"type": "resolve", "callId": "...", "ok": false, "error": {"message": "..."}}
+                 {"type": "resolve", "callId": "...", "ok": false, "unavailable": true, ...}
     host → page  {"type": "ack", "id": 1, "ok": true, "result": ...}
                  {"type": "ack", "id": 1, "ok": false, "code": "...", "message": "..."}
                  {"type": "call", "callId": "...", "toolId": "...", "arguments": {...},

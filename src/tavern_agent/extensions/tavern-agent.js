@@ -10,8 +10,9 @@
 //
 // execute(args, ctx) gets ctx = {runId, invocationId, callId, target, signal}; the
 // signal aborts when the run is cancelled or the call times out. Return plain JSON
-// (undefined becomes null); a throw becomes an error result. Registrations belong to
-// this connection and vanish when the page closes or reloads.
+// (undefined becomes null); a throw becomes an error result, and a throw of an error whose
+// code is "tool.unavailable" tells the agent the tool is gone and no action was taken.
+// Registrations belong to this connection and vanish when the page closes or reloads.
 (function (global) {
   "use strict";
   const SUBPROTOCOL = "tavern-agent.v1";
@@ -128,7 +129,8 @@
           (err) => {
             const text = err && err.message ? err.message : String(err);
             if (this.ws.readyState === 1) {
-              this.send({type: "resolve", callId, ok: false,
+              const unavailable = !!err && err.code === "tool.unavailable";
+              this.send({type: "resolve", callId, ok: false, unavailable,
                          error: {message: text, name: err && err.name}});
             }
           })

@@ -1,0 +1,115 @@
+"""Real SillyTavern (npm ``sillytavern``, installed in tests/peers/sillytavern) for the tests.
+
+Each start gets its own data root and config on a free loopback port, with
+no login (whitelist mode, loopback only) and nothing fetched from outside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.ext_helpers import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+PEERS = ROOT / "tests" / "peers"
+ST_DIR = PEERS / "sillytavern" / "node_modules" / "sillytavern"
+NODE = PEERS / "node_modules" / ".bin" / "node"  # the peers' pinned Node
+USER = "default-user"
+CONFIG = """\
+dataRoot: {data}
+listen: false
+port: {port}
+protocol: {{ipv4: true, ipv6: false}}
+whitelistMode: true
+whitelist: ["127.0.0.1", "::1"]
+whitelistDockerHosts: false
+basicAuthMode: false
+enableUserAccounts: false
+browserLaunch: {{enabled: false}}
+heartbeatInterval: 0
+skipContentCheck: false
+enableDownloadableTokenizers: false
+logging: {{enableAccessLog: false, minLogLevel: 2}}
+extensions: {{enabled: true, autoUpdate: false, models: {{autoDownload: false}}}}
+backups: {{chat: {{enabled: false}}}}
+thumbnails: {{enabled: false}}
+"""
+
+
+@dataclass
+class SillyTavern:
+    url: str  # http://127.0.0.1:<port>
+    data_root: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def extensions(self) -> Path:
+        """The user's third-party extensions folder."""
+        return self.data_root / USER / "extensions"
+
+    @property
+    def version(self) -> str:
+        return str(json.loads((ST_DIR / "package.json").read_text())["version"])
+
+
+def prepare(root: Path) -> tuple[Path, Path, int]:
+    """A config and an empty data root under ``root``; the extensions folder made."""
+    data = root / "data"
+    (data / USER / "extensions").mkdir(parents=True)
+    # Webpack's bundle of SillyTavern's libraries takes ~40 s to build; every data root
+    # shares the one cache kept beside the installed package.
+    cache = ST_DIR / "dist" / "_webpack"
+    cache.mkdir(parents=True, exist_ok=True)
+    (data / "_webpack").symlink_to(cache, target_is_directory=True)
+    port = free_port()
+    config = root / "config.yaml"
+    config.write_text(CONFIG.format(data=json.dumps(str(data)), port=port))
+    return config, data, port
+
+
+@contextmanager
+def sillytavern(root: Path, log: Path) -> Iterator[SillyTavern]:
+    """SillyTavern serving ``root``'s data on a free port until the block ends."""
+    config, data, port = prepare(root)
+    node = str(NODE) if NODE.exists() else "node"
+    # Outside any git work tree, SillyTavern's version (and its webpack cache key) is stable.
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(ST_DIR.parent)}
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [node, "server.js", "--configPath", str(config)],
+            cwd=ST_DIR,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180  # a first start builds the webpack bundle
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError("SillyTavern exited:\n" + log.read_text(errors="replace"))
+            try:
+                with urllib.request.urlopen(url + "/", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("SillyTavern did not start:\n" + log.read_text(errors="replace"))
+            time.sleep(0.3)
+        yield SillyTavern(url, data, process)
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
