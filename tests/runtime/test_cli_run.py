@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -112,6 +114,43 @@ def test_ctrl_c_cancels_and_the_journal_records_it(tmp_path: Path) -> None:
     events = [json.loads(line) for line in journal.read_text().splitlines()]
     assert events[-1]["type"] == "run_cancelled"
     assert events[-1]["payload"]["errorCode"] == "run.cancelled"
+
+
+def test_a_second_ctrl_c_still_lets_the_cancel_be_journaled(tmp_path: Path) -> None:
+    # An impatient user presses Ctrl-C twice while the run's progress output cannot drain
+    # (a paused terminal, a pager): the run is stuck in a write to stdout when both arrive.
+    chat = tmp_path / "chat.jsonl"
+    shutil.copyfile(EXAMPLES / "chat.jsonl", chat)
+    data = tmp_path / "data"
+    rolls = [("dice_roll", {"formula": f"{n}d6"}) for n in range(1, 61)]
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)  # a small terminal buffer
+    with OpenAIServer([rolls, [("workspace_finish", {})]]) as server:
+        command = [sys.executable, "-m", "tavern_agent", "--data-dir", str(data), "run"]
+        command += [str(chat), "--model", "local", "--base-url", server.base_url]
+        proc = subprocess.Popen(command, stdout=write_end, stderr=subprocess.PIPE, text=True)
+        os.close(write_end)
+        sizes, deadline = [-1], time.monotonic() + 60
+        while True:  # until the run stops writing: it waits for its stdout to drain
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.5)
+            journal = next(data.glob("chats/*/runs/*/events.jsonl"), None)
+            sizes.append(journal.stat().st_size if journal is not None else -1)
+            if journal is not None and sizes[-1] == sizes[-2]:
+                break
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        with os.fdopen(read_end, encoding="utf-8") as reader:
+            out = reader.read()
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "cancelled" in out and "Traceback" not in err
+    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert events[-1]["type"] == "run_cancelled"
+    requested = [e["payload"]["callId"] for e in events if e["type"] == "tool_call_requested"]
+    stored = [e["payload"]["callId"] for e in events if e["type"] == "tool_result_stored"]
+    assert requested and stored == requested  # every call that began has its result
 
 
 def test_a_commit_to_a_symlinked_chat_reaches_the_real_file(tmp_path: Path) -> None:

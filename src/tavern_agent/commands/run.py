@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -306,7 +307,7 @@ def _execute(
     try:
         with index_progress.shown():  # a bar on stderr if chat_search waits for its index
             result = asyncio.run(_drive(data_dir, approver, flags, start, console, live))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, before or while driving
         _interrupted(console, flags, live)
     except ResumeRefused as exc:
         if live.engine is not None:
@@ -348,17 +349,47 @@ async def _drive(
             await own.aclose()  # the workers ask the model the run's record names
             try:
                 remote = TemporalEngine(flags.temporal, task_queue=flags.task_queue)
-                return await remote.execute(run, listeners)
+                with CtrlC():
+                    return await remote.execute(run, listeners)
             except ValueError as exc:
                 raise click.UsageError(str(exc)) from None
         try:
             engine = live.engine = Engine(run, own, listeners=listeners)
-            return await (engine.resume() if start.run_dir is not None else engine.start())
+            with CtrlC():
+                return await (engine.resume() if start.run_dir is not None else engine.start())
         except OSError as exc:  # before the loop took over (it ends its own failures)
             code = ErrorCode.RUN_STORAGE_FAILED.value
             return RunResult(run.id, "failed", 0, 0, code, f"{type(exc).__name__}: {exc}")
         finally:
             await own.aclose()
+
+
+class CtrlC:
+    """While a run is driven, Ctrl-C cancels it once; more Ctrl-C wait for its end.
+
+    Python's own handling raises KeyboardInterrupt at the second Ctrl-C in whatever
+    code runs then, which can cut the run's last journal writes (the cancel's record,
+    the pairing of open calls). A handler on the event loop runs between steps instead.
+    Outside this block (opening and closing the sources), Ctrl-C works as usual.
+    """
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._count = 0
+
+    def __enter__(self) -> None:
+        self._loop.add_signal_handler(signal.SIGINT, self._interrupt)
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.remove_signal_handler(signal.SIGINT)  # back to KeyboardInterrupt
+
+    def _interrupt(self) -> None:
+        self._count += 1
+        if self._count == 1 and self._task is not None:
+            self._task.cancel()
+        else:
+            print("cancelling: the run's end is being recorded", file=sys.stderr, flush=True)
 
 
 async def _open_run(assembly: Assembly, flags: RunFlags, start: Start) -> tuple[Run, ModelGateway]:
