@@ -63,6 +63,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/search.py
 	$(BIN)/python benchmarks/mcp_overhead.py
 	$(BIN)/python benchmarks/extension_roundtrip.py
+	$(BIN)/python benchmarks/sillytavern_tools.py
 	$(BIN)/python benchmarks/chat.py
 	$(BIN)/python benchmarks/shell.py
 	$(BIN)/python benchmarks/run_overhead.py
