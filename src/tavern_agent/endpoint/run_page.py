@@ -106,6 +106,8 @@ class RunPages:
         return any(hmac.compare_digest(given.encode(), k.encode()) for k in self.keys() if k)
 
     def allowed(self, request: Request) -> bool:
+        """Whether the request offers a key (the endpoint key or the host's
+        token) as its bearer token, or the cookie of a session a key opened."""
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and self._key_ok(given):
             return True
@@ -113,9 +115,11 @@ class RunPages:
         return any(hmac.compare_digest(session.encode(), s.encode()) for s in self.sessions)
 
     def redactor(self) -> Redactor:
+        """A redactor that knows the current keys, so nothing served shows them."""
         return Redactor(self.keys())
 
     def refused(self) -> Response:
+        """The 401 answer, saying how to offer a key."""
         text = (
             "The run page needs the endpoint key or the extension host's token: open "
             "/runs?key=KEY once, or send Authorization: Bearer KEY.\n"
@@ -138,6 +142,7 @@ class RunPages:
     # ------------------------------------------------------------ routes
 
     def routes(self) -> list[Route]:
+        """The routes under ``/runs``."""
         return [
             Route("/runs", self.list_page, methods=["GET"]),
             Route("/runs.json", self.list_json, methods=["GET"]),
@@ -148,6 +153,7 @@ class RunPages:
         ]
 
     async def list_page(self, request: Request) -> Response:
+        """``GET /runs``: the runs, newest first, as an HTML table."""
         login = self._login(request)
         if login is not None:
             return login
@@ -189,6 +195,7 @@ class RunPages:
         return JSONResponse(self.redactor().value(found), headers=SECURITY_HEADERS)
 
     async def assets(self, request: Request) -> Response:
+        """``GET /runs/assets/<name>``: the page's script and style sheet."""
         if not self.allowed(request):
             return self.refused()
         name = request.path_params["name"]
@@ -198,6 +205,7 @@ class RunPages:
         return Response(asset(name), media_type=kind, headers=SECURITY_HEADERS)
 
     async def run_page(self, request: Request) -> Response:
+        """``GET /runs/<id>``: one run's page, which renders its event stream."""
         login = self._login(request)
         if login is not None:
             return login
@@ -224,6 +232,8 @@ class RunPages:
         return self._html(_page(summary["runId"], "run.css", main, script=True))
 
     async def events(self, request: Request) -> Response:
+        """``GET /runs/<id>/events``: the run's journal as
+        server-sent events, followed until the run ends."""
         if not self.allowed(request):
             return self.refused()
         try:
@@ -236,6 +246,8 @@ class RunPages:
         )
 
     async def file(self, request: Request) -> Response:
+        """``GET /runs/<id>/files/<path>``: one of the run's spilled
+        result files, redacted (no other path is served)."""
         if not self.allowed(request):
             return self.refused()
         try:
