@@ -41,11 +41,9 @@ from tavern_agent.providers.transcript import (
     truncated_result,
 )
 from tavern_agent.runtime import events as ev
-from tavern_agent.runtime.agents import AgentTasks
-from tavern_agent.runtime.checkpoint import Checkpoints
 from tavern_agent.runtime.effects import Effects
 from tavern_agent.runtime.invocation import Invocation
-from tavern_agent.runtime.journal import Journal
+from tavern_agent.runtime.parts import RunPart, RunParts
 from tavern_agent.runtime.policy import (
     after_finish_result,
     budget_stop,
@@ -54,8 +52,6 @@ from tavern_agent.runtime.policy import (
     second_handoff_result,
 )
 from tavern_agent.runtime.requests import write_audit
-from tavern_agent.runtime.run import Run
-from tavern_agent.runtime.state import RunState
 from tavern_agent.runtime.turns import Next, NextCall, NextRound
 
 # Raw arguments up to this size are journaled inline; larger ones get a file.
@@ -87,25 +83,13 @@ def _raw_json(raw: Any) -> Any:
     return {"raw": raw}
 
 
-class CallRunner:
+class CallRunner(RunPart):
     """Runs the calls of one run's turns (the main line's and its tasks')."""
 
-    def __init__(
-        self,
-        run: Run,
-        journal: Journal,
-        state: RunState,
-        tasks: AgentTasks,
-        effects: Effects,
-        checkpoints: Checkpoints,
-    ) -> None:
-        self.run = run
-        self.journal = journal
-        self.state = state
-        self.tasks = tasks
+    def __init__(self, parts: RunParts, effects: Effects) -> None:
+        super().__init__(parts)
         self.effects = effects
-        self.checkpoints = checkpoints
-        self._repeatable = run.tools.repeatable
+        self._repeatable = parts.run.tools.repeatable
 
     async def run_turn(
         self,

@@ -27,18 +27,15 @@ from tavern_agent.core.results import (
 )
 from tavern_agent.providers.transcript import RecordedCall
 from tavern_agent.runtime import events as ev
-from tavern_agent.runtime.agents import AgentTasks
 from tavern_agent.runtime.handoff import Handoffs
 from tavern_agent.runtime.invocation import Invocation
-from tavern_agent.runtime.journal import Journal
+from tavern_agent.runtime.parts import RunPart, RunParts
 from tavern_agent.runtime.policy import (
     AUTO_PUBLISH_REASON,
     candidate_after,
     finish_refusal,
     should_auto_publish,
 )
-from tavern_agent.runtime.run import Run
-from tavern_agent.runtime.state import RunState
 from tavern_agent.runtime.turns import Finished, HandedOff, Next
 from tavern_agent.tools.snapshot import ToolBinding
 from tavern_agent.workspace.roots import MESSAGE_BODY
@@ -51,21 +48,11 @@ EffectHandler = Callable[
 ]
 
 
-class Effects:
+class Effects(RunPart):
     """Applies the effects of one run's calls, by the effect's type."""
 
-    def __init__(
-        self,
-        run: Run,
-        journal: Journal,
-        state: RunState,
-        tasks: AgentTasks,
-        handoffs: Handoffs,
-    ) -> None:
-        self.run = run
-        self.journal = journal
-        self.state = state
-        self.tasks = tasks
+    def __init__(self, parts: RunParts, handoffs: Handoffs) -> None:
+        super().__init__(parts)
         self.handoffs = handoffs
         self._handlers: dict[type, EffectHandler] = {
             CommitRequested: self._on_commit,

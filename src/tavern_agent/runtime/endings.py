@@ -12,13 +12,9 @@ from dataclasses import dataclass
 
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.runtime import events as ev
-from tavern_agent.runtime.agents import AgentTasks
 from tavern_agent.runtime.calls import CallRunner
-from tavern_agent.runtime.checkpoint import Checkpoints
-from tavern_agent.runtime.journal import Journal
+from tavern_agent.runtime.parts import RunPart, RunParts
 from tavern_agent.runtime.persist import PersistStore
-from tavern_agent.runtime.run import Run
-from tavern_agent.runtime.state import RunState
 
 CANCELLED_MESSAGE = "The run was cancelled."
 
@@ -52,24 +48,12 @@ class RunResult:
         )
 
 
-class Endings:
+class Endings(RunPart):
     """Ends one run: the terminal event, the stopped tasks, the last checkpoint."""
 
-    def __init__(
-        self,
-        run: Run,
-        journal: Journal,
-        state: RunState,
-        tasks: AgentTasks,
-        calls: CallRunner,
-        checkpoints: Checkpoints,
-    ) -> None:
-        self.run = run
-        self.journal = journal
-        self.state = state
-        self.tasks = tasks
+    def __init__(self, parts: RunParts, calls: CallRunner) -> None:
+        super().__init__(parts)
         self.calls = calls
-        self.checkpoints = checkpoints
 
     def complete(self, final_text: str | None = None) -> RunResult:
         """The run is done (a finish accepted, or a session's answer)."""

@@ -43,6 +43,7 @@ from tavern_agent.runtime.endings import Endings, RunResult
 from tavern_agent.runtime.handoff import Handoffs
 from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.journal import Journal, Listener
+from tavern_agent.runtime.parts import RunParts
 from tavern_agent.runtime.policy import rounds_stop
 from tavern_agent.runtime.profiles import ProfileSource
 from tavern_agent.runtime.prompt import text_turn_reminder
@@ -95,12 +96,13 @@ class Engine:
             run, journal, self._requests, source, background=background_children
         )
         tasks = self._tasks = delegation.tasks
-        effects = Effects(run, journal, state, tasks, Handoffs(run, journal, tasks))
-        self._calls = CallRunner(run, journal, state, tasks, effects, checkpoints)
-        self._resumer = Resumer(run, journal, state, tasks, checkpoints)
+        parts = RunParts(run, journal, state, tasks, checkpoints)
+        effects = Effects(parts, Handoffs(run, journal, tasks))
+        self._calls = CallRunner(parts, effects)
+        self._resumer = Resumer(parts)
         delegation.connect(self._calls, self._resumer)
         self._delegation = delegation
-        self._endings = Endings(run, journal, state, tasks, self._calls, checkpoints)
+        self._endings = Endings(parts, self._calls)
         # True once this engine's state is the fold of the journal (it started the run,
         # folded it, or took a step): the next step_once need not fold it again.
         self._live = False

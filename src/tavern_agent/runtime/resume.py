@@ -22,13 +22,10 @@ from tavern_agent.providers.transcript import (
     UserMessage,
 )
 from tavern_agent.runtime import events as ev
-from tavern_agent.runtime.agents import AgentTasks
-from tavern_agent.runtime.checkpoint import Checkpoints
 from tavern_agent.runtime.endings import RunResult
 from tavern_agent.runtime.invocation import Invocation
-from tavern_agent.runtime.journal import Journal, read_journal
-from tavern_agent.runtime.run import Run
-from tavern_agent.runtime.state import RunState
+from tavern_agent.runtime.journal import read_journal
+from tavern_agent.runtime.parts import RunPart
 from tavern_agent.runtime.turns import Finished, HandedOff
 
 # The tasks' events, folded by AgentTasks (a child's invocation_started too). The
@@ -42,22 +39,8 @@ class ResumeRefused(RuntimeError):
     """The run cannot continue: an effect's outcome cannot be confirmed."""
 
 
-class Resumer:
+class Resumer(RunPart):
     """Starts one run's journal, and rebuilds the run's state from it."""
-
-    def __init__(
-        self,
-        run: Run,
-        journal: Journal,
-        state: RunState,
-        tasks: AgentTasks,
-        checkpoints: Checkpoints,
-    ) -> None:
-        self.run = run
-        self.journal = journal
-        self.state = state
-        self.tasks = tasks
-        self.checkpoints = checkpoints
 
     # ------------------------------------------------------------ start
 
