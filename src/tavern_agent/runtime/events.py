@@ -5,12 +5,12 @@ fields the line's ``payload`` (camelCase on disk). A field with a default is
 written only when its value differs from it (``auto`` only when true);
 :data:`msgspec.UNSET` marks a key some journals lack (see its description).
 :attr:`JournalEvent.level` is the line's ``level`` unless the writer chooses.
-:func:`~tavern_agent.runtime.journal.decode_event` gives a line's value back
-(an unknown kind, a newer writer's, is kept :class:`Opaque`). Import the module as
-``events as ev``: some names (``HandoffAccepted``)
-are also tool effects'. Each docstring's ``name: text`` lines describe the
-fields, a base's for its kinds; ``docs/journal.md`` is generated from them
-(:mod:`tavern_agent.runtime.journal_doc`).
+:func:`~tavern_agent.runtime.journal.decode_event` gives a line's value back;
+an unknown kind (a newer writer's) is kept :class:`Opaque`. Import the module
+as ``events as ev``: some names (``HandoffAccepted``) are also tool effects'.
+Each docstring's ``name: text`` lines describe the fields (a base's, those it
+gives its kinds); ``docs/journal.md`` is generated from them by
+:mod:`tavern_agent.runtime.journal_doc`.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import contextlib
 import json
 import os
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,16 +41,15 @@ from tavern_agent.runtime.events import Event, JournalEvent, Level, Opaque
 Line = dict[str, Any]  # a line as its JSON object
 
 
-def _kinds(cls: type[JournalEvent], found: dict[str, type[JournalEvent]]) -> None:
+def _kinds(cls: type[JournalEvent]) -> Iterator[type[JournalEvent]]:
     if "kind" in vars(cls):
-        found[cls.kind] = cls
+        yield cls
     for sub in cls.__subclasses__():
-        _kinds(sub, found)
+        yield from _kinds(sub)
 
 
-KINDS: Mapping[str, type[JournalEvent]] = {}
+KINDS: Mapping[str, type[JournalEvent]] = {cls.kind: cls for cls in _kinds(JournalEvent)}
 """Every event kind, by its tag, in the order :mod:`~tavern_agent.runtime.events` defines them."""
-_kinds(JournalEvent, KINDS)  # type: ignore[arg-type]
 
 
 def decode_event(kind: str, payload: Any) -> Event:
