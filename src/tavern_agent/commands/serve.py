@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import json
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -191,6 +194,10 @@ def serve_command(ctx: click.Context, /, **flags: Any) -> None:
     """
     given = ServeFlags(**flags)
     data_dir: Path = ctx.obj["data_dir"]
+    try:
+        lock = ServeLock.take(data_dir)
+    except ServeRunning as exc:  # one line, exit 2
+        raise click.UsageError(str(exc)) from None
     files = HostFiles(data_dir)
     options: EndpointOptions | None = None
     if given.model is not None or given.replay is not None:
@@ -209,7 +216,7 @@ def serve_command(ctx: click.Context, /, **flags: Any) -> None:
             heartbeat=given.heartbeat,
             names=(given.user_name, given.character_name),
         )
-    asyncio.run(_serve(files, given, options))
+    asyncio.run(_serve(files, given, options, lock))
 
 
 @dataclass(frozen=True)
@@ -234,7 +241,9 @@ class ServeFlags:
     heartbeat: float
 
 
-async def _serve(files: HostFiles, flags: ServeFlags, options: EndpointOptions | None) -> None:
+async def _serve(
+    files: HostFiles, flags: ServeFlags, options: EndpointOptions | None, lock: ServeLock
+) -> None:
     """The extension host (and the endpoint, given its options) until SIGINT or SIGTERM."""
     ext = ExtensionHost(
         allowed_origins=flags.origins, call_timeout=flags.call_timeout, pages_dir=flags.pages
@@ -243,6 +252,7 @@ async def _serve(files: HostFiles, flags: ServeFlags, options: EndpointOptions |
         url = await ext.start(flags.port)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on 127.0.0.1:{flags.port}: {exc}") from None
+    lock.announce(ext.port, None if options is None else options.server.port)
     files.write(url, ext.token)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -263,3 +273,62 @@ async def _serve(files: HostFiles, flags: ServeFlags, options: EndpointOptions |
     finally:
         files.clear()
         await ext.aclose()
+
+
+class ServeRunning(Exception):
+    """Another ``serve`` holds the data dir; the message names it."""
+
+
+class ServeLock:
+    """``<data-dir>/serve.lock``, held by the one ``serve`` of that data dir.
+
+    Two hosts on one data dir would overwrite each other's token and URL files.
+    The lock is an ``flock``, which the kernel lets go when its process ends however
+    it ends: a crashed ``serve`` leaves a file behind but never a lock. The file
+    names its holder (pid, ports) for the one that is refused.
+    """
+
+    FILE = "serve.lock"
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd  # open for the process's life; not inherited by its children
+
+    @classmethod
+    def take(cls, data_dir: Path) -> ServeLock:
+        """Hold the data dir's lock, or raise :class:`ServeRunning` naming its holder."""
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(data_dir / cls.FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096)
+            os.close(fd)
+            raise ServeRunning(
+                f"tavern-agent serve is already running on {data_dir} ({_holder(holder)}); "
+                "stop it or give another --data-dir"
+            ) from None
+        lock = cls(fd)
+        lock.announce(None, None)
+        return lock
+
+    def announce(self, host_port: int | None, endpoint_port: int | None) -> None:
+        """Write this process's pid and ports into the held file."""
+        info = {"pid": os.getpid(), "hostPort": host_port, "endpointPort": endpoint_port}
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, json.dumps(info).encode() + b"\n", 0)
+
+
+def _holder(data: bytes) -> str:
+    """The lock holder's pid and ports as a reader sees them."""
+    try:
+        info = json.loads(data)
+    except ValueError:
+        info = None
+    if not isinstance(info, dict):
+        return "pid unknown"
+    parts = [f"pid {info.get('pid')}"]
+    if info.get("hostPort") is not None:
+        parts.append(f"extension host port {info['hostPort']}")
+    if info.get("endpointPort") is not None:
+        parts.append(f"endpoint port {info['endpointPort']}")
+    return ", ".join(parts)
