@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sys
 import time
@@ -26,6 +25,12 @@ from tavern_agent.commands.options import (
     chosen_model,
     mcp_ask_option,
     world_info_options,
+)
+from tavern_agent.commands.submitter import (
+    exit_after_temporal,
+    patience_option,
+    submitter,
+    submitter_exits,
 )
 from tavern_agent.config import resolve_profile
 from tavern_agent.core.errors import ErrorCode
@@ -168,6 +173,7 @@ def temporal_options(f: Any) -> Any:
     help="Run here, or submit to the workers of a Temporal server (--temporal).",
 )
 @temporal_options
+@patience_option
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON, no progress.")
 @click.pass_context
 def run_command(ctx: click.Context, /, **flags: Any) -> None:
@@ -192,7 +198,8 @@ def run_command(ctx: click.Context, /, **flags: Any) -> None:
         start = _to_resume(data_dir, given.resume_id)
     else:
         start = _new_run(data_dir, given)
-    run, result = _execute(data_dir, given, start, console)
+    with submitter_exits(given.engine_name == "temporal"):
+        run, result = _execute(data_dir, given, start, console)
     _report(console, run, result, given.as_json)
     code = 0 if result.status in ("completed", "partial_success") else 1
     if given.engine_name == "temporal":
@@ -224,6 +231,7 @@ class RunFlags:
     engine_name: str
     temporal: str | None
     task_queue: str | None
+    temporal_patience: float
     as_json: bool
 
     def check(self) -> None:
@@ -326,7 +334,7 @@ def _interrupted(console: Console, flags: RunFlags, live: Live) -> NoReturn:
     if flags.engine_name == "temporal" and live.run is not None:
         run_id = live.run.id
         console.print(f"[yellow]stopped following[/]: the run goes on; runs cancel {run_id}")
-        sys.exit(130)
+        exit_after_temporal(130)
     if live.engine is not None:
         live.engine.close()
         console.print(f"[yellow]cancelled[/]: resume with --resume {live.engine.run.id}")
@@ -348,7 +356,7 @@ async def _drive(
         if flags.temporal is not None and flags.engine_name == "temporal":
             await own.aclose()  # the workers ask the model the run's record names
             try:
-                remote = TemporalEngine(flags.temporal, task_queue=flags.task_queue)
+                remote = submitter(flags.temporal, flags.task_queue, flags.temporal_patience)
                 with CtrlC():
                     return await remote.execute(run, listeners)
             except ValueError as exc:
@@ -440,18 +448,6 @@ def _report(console: Console, run: Run, result: RunResult, as_json: bool) -> Non
         console.print(f"[red]{ErrorCode.RUN_STORAGE_FAILED}[/]: {markup(result.message)}")
         console.print(f"free space, then continue with: tavern-agent run --resume {run.id}")
     console.print(f"[dim]run folder: {markup(str(run.run_dir))}[/]")
-
-
-def exit_after_temporal(code: int) -> None:
-    """Exit without interpreter teardown once a Temporal client was used.
-
-    The SDK's client keeps native threads that can abort the process while the
-    interpreter finalizes (temporalio/sdk-python#300): the answer is printed, so
-    skipping the teardown loses nothing.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 @click.group("runs")

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 from datetime import timedelta
 from pathlib import Path
 
 from temporalio.client import Client
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
 from temporalio.worker import Worker
 
 from tavern_agent.assembly import Assembly
@@ -22,8 +30,38 @@ from tavern_agent.temporal.workflow import DEFAULT_TASK_QUEUE, RunWorkflow, Task
 STICKY_WAIT = timedelta(seconds=2)
 
 
-async def connect(address: str, namespace: str = "default") -> Client:
-    """A client of the Temporal server at ``address`` (HOST:PORT)."""
+_SDK_LOG = logging.getLogger("tavern_agent.temporal.sdk")
+_runtime_level: str | None = None
+
+
+def _sdk_logs_to_python(level: str) -> None:
+    """Send the SDK's own log lines (its retries) to Python logging, from ``level`` up.
+
+    Left alone, the SDK's native core prints them on stdout, into the JSON a
+    ``run --json`` answers with. Python logging shows them on stderr.
+    """
+    global _runtime_level
+    if _runtime_level == level:
+        return
+    logs = LoggingConfig(
+        filter=TelemetryFilter(core_level=level, other_level="ERROR"),
+        forwarding=LogForwardingConfig(logger=_SDK_LOG),
+    )
+    Runtime.set_default(
+        Runtime(telemetry=TelemetryConfig(logging=logs)), error_if_already_set=False
+    )
+    _runtime_level = level
+
+
+async def connect(
+    address: str, namespace: str = "default", *, sdk_log_level: str = "WARN"
+) -> Client:
+    """A client of the Temporal server at ``address`` (HOST:PORT).
+
+    ``sdk_log_level``: the least severe SDK log line shown (on stderr); a
+    submitter that says itself when the server is away passes ``ERROR``.
+    """
+    _sdk_logs_to_python(sdk_log_level)
     return await Client.connect(address, namespace=namespace)
 
 
