@@ -60,6 +60,7 @@ const PANEL = `
       </div>
       <div id="tavern_agent_state" class="tavern-agent-state" data-state="disconnected">not connected</div>
       <div id="tavern_agent_tools" class="tavern-agent-tools"></div>
+      <div id="tavern_agent_runs_note" class="tavern-agent-tools"></div>
       <div id="tavern_agent_run" class="tavern-agent-run"></div>
     </div>
   </div>
@@ -313,13 +314,33 @@ async function invoke(name, args, ctx) {
 
 // ------------------------------------------------------------------ the runs
 
+/**
+ * The agent endpoint's origin (its run page), or "" when the runs cannot be shown. It must
+ * be on serve's host: the token goes to serve only, never to the Custom source's URL when
+ * that is another server.
+ */
 function endpointBase() {
-  let base = settings().endpoint;
-  if (!base) {
-    const custom = (context().chatCompletionSettings || {}).custom_url || "";
-    base = custom.replace(/\/+$/, "").replace(/\/v1$/, "");
+  const given = settings().endpoint || (context().chatCompletionSettings || {}).custom_url || "";
+  let endpoint;
+  let serve;
+  try {
+    endpoint = new URL(given);
+    serve = new URL(settings().url);
+  } catch {
+    showRunsNote("Runs are shown once the agent endpoint's URL is set.");
+    return "";
   }
-  return base.replace(/\/+$/, "");
+  if (endpoint.hostname !== serve.hostname) {
+    showRunsNote(`Runs are not shown: the agent endpoint (${endpoint.host}) is not on serve's host.`);
+    return "";
+  }
+  showRunsNote("");
+  return endpoint.origin;
+}
+
+function showRunsNote(text) {
+  const note = $id("tavern_agent_runs_note");
+  if (note && note.textContent !== text) note.textContent = text;
 }
 
 function authorization() {
@@ -327,8 +348,9 @@ function authorization() {
 }
 
 async function pollRuns() {
+  if (!agent.client) return;
   const base = endpointBase();
-  if (!agent.client || !base) return;
+  if (!base) return;
   try {
     const response = await fetch(`${base}/runs.json?running=1`, {headers: authorization()});
     if (!response.ok) return;

@@ -221,6 +221,14 @@ async def test_sillytavern_1_12_tools_announced_by_events_run_for_an_agent_run(
             await connect(page, served)
             lent = page.locator("#tavern_agent_tools")
             await expect(lent).to_have_text("Lent to the agent: boom, roll_dice")
+            # An endpoint on another host never gets the token: the runs are not shown.
+            requested: list[str] = []
+            page.on("request", lambda request: requested.append(request.url))
+            await page.fill("#tavern_agent_endpoint", "http://agent.example:8788/v1")
+            note = page.locator("#tavern_agent_runs_note")
+            await expect(note).to_contain_text("is not on serve's host")
+            await page.fill("#tavern_agent_endpoint", served.url)
+            await expect(note).to_have_text("")
             body = {"model": "tavern-agent/st-writer", "messages": MESSAGES}
             headers = {"authorization": f"Bearer {served.key}"}
             async with httpx.AsyncClient(timeout=60) as client:
@@ -240,3 +248,4 @@ async def test_sillytavern_1_12_tools_announced_by_events_run_for_an_agent_run(
             await expect(view.locator("li.end")).to_have_text("completed")
             calls = await view.locator("li.call").all_inner_texts()
             assert calls[0].startswith("✓ roll_dice") and calls[1].startswith("✗ boom")
+            assert not [url for url in requested if "agent.example" in url]
