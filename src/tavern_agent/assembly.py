@@ -279,6 +279,8 @@ class Assembly(AsyncClosing):
         stamp = file_stamp(source.chat_file)
         chat = repo.load()
         stable = chat.stable_id(str(source.chat_file.resolve()))
+        if chat.integrity:  # copies of a file share it: one folder per file
+            stable = self.data.chat_identity(stable, source.chat_file)
         if callable(run_root):
             run_root = run_root(stable)
         books = list(source.books)

@@ -537,6 +537,8 @@ def show_timeline(
     records = [r if isinstance(r, JournalRecord) else JournalRecord.from_json(r) for r in events]
     summary = run_summary(run_dir)
     head = markup(f"{summary['runId']}  {summary['scene']}  {summary['status']}")
+    if summary.get("chatFile"):  # copies of one chat look alike: say which file it was
+        head += "\n" + markup(f"chat file: {summary['chatFile']}")
     if "problem" in summary:
         head += f"\n{markup(summary['problem'])}"
     console.print(f"[bold]{head}[/]")

@@ -8,12 +8,16 @@
 
 The chat workspace id comes from the chat's stable identity (SillyTavern's
 ``chat_metadata.integrity``), not its file name, so renaming a chat keeps its
-workspace.
+workspace; a copy of a chat file (same integrity) gets a workspace of its own
+(:meth:`DataRoot.chat_identity`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +25,14 @@ from pathlib import Path
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.profile import Profile
 from tavern_agent.core.tool_ids import CHAT_TOOLS
+from tavern_agent.fsutil import atomic_write
 from tavern_agent.workspace.floors import FloorFiles
 from tavern_agent.workspace.roots import RootPolicy
 from tavern_agent.workspace.store import Workspace
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# In a chat folder: which chat file has which stable id (copies share an integrity).
+CHAT_FILES = "chat-files.json"
 
 
 def chat_workspace_id(stable_chat_id: str) -> str:
@@ -33,6 +40,17 @@ def chat_workspace_id(stable_chat_id: str) -> str:
     if not stable_chat_id:
         raise ValueError("a chat needs a stable identity")
     return "chat_" + hashlib.sha256(stable_chat_id.encode("utf-8")).hexdigest()[:24]
+
+
+def _chat_files(record: Path) -> dict[str, str]:
+    """Which file has which stable id, as :meth:`DataRoot.chat_identity` recorded it."""
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): v for k, v in data.items() if isinstance(v, str)}
 
 
 def _checked_id(kind: str, value: str) -> str:
@@ -60,6 +78,38 @@ class DataRoot:
     def skills_dir(self) -> Path:
         """Where the data folder's skills live (``<data>/skills``)."""
         return self.path / "skills"
+
+    def chat_identity(self, stable_chat_id: str, chat_file: Path) -> str:
+        """The stable id of the chat in ``chat_file``: one chat folder per file.
+
+        Copies of a chat file carry the same ``chat_metadata.integrity``. The
+        first file seen with it keeps the plain id (the folder it always had);
+        each other file gets the id with a hash of its path. The chat folder of
+        the plain id records which file has which id, so a file that moved (its
+        recorded path is gone) keeps its folder.
+        """
+        path = str(chat_file.resolve())
+        folder = self.path / "chats" / chat_workspace_id(stable_chat_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        record = folder / CHAT_FILES
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # two runs starting on copies at once
+            files = _chat_files(record)
+            known = next((i for i, p in files.items() if p == path), None)
+            moved = next((i for i, p in files.items() if not os.path.exists(p)), None)
+            if known is not None:
+                return known
+            if moved is not None:
+                chosen = moved
+            elif stable_chat_id in files:
+                chosen = f"{stable_chat_id}#{hashlib.sha256(path.encode()).hexdigest()[:16]}"
+            else:
+                chosen = stable_chat_id
+            atomic_write(record, json.dumps(files | {chosen: path}, indent=2).encode())
+            return chosen
+        finally:
+            os.close(fd)  # closing releases the flock
 
     def chat_mount_dir(self, stable_chat_id: str) -> Path:
         """The chat workspace's shared chat mount (see :mod:`tavern_agent.chat.mount`)."""
