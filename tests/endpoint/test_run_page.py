@@ -94,6 +94,7 @@ async def test_the_run_page_follows_a_running_run_then_shows_it_finished(
                 client.post(f"{served.url}/chat/completions", json=body, headers=headers)
             )
             summary = await wait_for_run(client, served)
+            assert f"run page: {base(served)}/runs " in "".join(served.banner)
             run_id = summary["runId"]
 
             context = await browser.new_context()

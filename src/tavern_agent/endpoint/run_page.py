@@ -59,6 +59,7 @@ from tavern_agent.workspace.layout import DataRoot
 COOKIE = "tavern_agent_runs"
 POLL_SECONDS = 0.2  # how often a followed run's journal is looked at
 KEEP_ALIVE_SECONDS = 10.0
+MAX_SESSIONS = 64  # browsers that opened the page with ?key=; older ones open it again
 ASSETS = ("run.js", "run.css", "runs.css")
 SECURITY_HEADERS = {
     # No inline script or style: a result that smuggled markup could not run anything.
@@ -90,7 +91,7 @@ class RunPages:
         self.key = key
         self.host_files = HostFiles(data_dir)
         self.running = running  # ids of the runs this process is running now
-        self.sessions: set[str] = set()
+        self.sessions: dict[str, None] = {}  # the newest MAX_SESSIONS, oldest first
 
     # ------------------------------------------------------------ the guard
 
@@ -132,7 +133,9 @@ class RunPages:
         if given is None or not self._key_ok(given):
             return None
         session = secrets.token_urlsafe(32)
-        self.sessions.add(session)
+        self.sessions[session] = None
+        if len(self.sessions) > MAX_SESSIONS:
+            del self.sessions[next(iter(self.sessions))]
         rest = [(k, v) for k, v in request.query_params.multi_items() if k != "key"]
         target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
         response = RedirectResponse(target, 303, headers={"Cache-Control": "no-store"})

@@ -50,6 +50,7 @@ async def serve_endpoint(options: EndpointOptions, stop: asyncio.Event) -> None:
             url = await options.server.start(create_app(service, options.settings))
             models = ", ".join(MODEL_PREFIX + i for i in profile_ids(options.data_dir))
             click.echo(f"agent endpoint: {url}/v1  (models: {models})")
+            click.echo(f"run page: {url}/runs  (open {url}/runs?key=KEY once)")
             click.echo(f"endpoint key: {options.key_note}", nl=True)
             sys.stdout.flush()
             try:
