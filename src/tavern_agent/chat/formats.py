@@ -25,7 +25,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tavern_agent.chat.dates import send_date
@@ -159,6 +159,20 @@ class ChatMessage:
         return self.line if self.line is not None else encode_line(self.raw)
 
 
+@dataclass(frozen=True, slots=True)
+class SkippedLine:
+    """A line with content that is not a JSON object: SillyTavern skips it, and so do we.
+
+    ``line`` is its 1-based number in the file; ``before`` counts the records
+    (header and messages) read before it; ``first`` is true when no line with
+    content comes before it.
+    """
+
+    line: int
+    before: int
+    first: bool
+
+
 # The names SillyTavern 1.13+ writes into every header instead of the real ones.
 UNUSED_NAME = "unused"
 
@@ -183,6 +197,55 @@ class ChatFile:
     trailing_newline: bool = False
     has_header: bool = True
     gaps: list[bytes] | None = None
+    skipped: list[SkippedLine] = field(default_factory=list)
+
+    @property
+    def header_unreadable(self) -> bool:
+        """Whether the file's first line with content was skipped (not a JSON object)."""
+        return bool(self.skipped) and self.skipped[0].before == 0 and self.skipped[0].first
+
+    def refuse_unreadable_header(self, path: object) -> None:
+        """Raise :class:`ChatFormatError` naming ``path`` when the header line is unreadable.
+
+        A run refuses such a chat before its model is asked: its commit would
+        write into a file whose metadata SillyTavern can no longer find.
+        """
+        if self.header_unreadable:
+            raise ChatFormatError(
+                f"{path}: line {self.skipped[0].line}, the chat's header, is not a JSON object; "
+                "repair it (or open and save the chat in SillyTavern), then run again"
+            )
+
+    def skipped_text(self) -> str:
+        """The skipped lines in one phrase: ``lines 3, 9`` (empty when none)."""
+        numbers = [str(s.line) for s in self.skipped]
+        if len(numbers) > 12:
+            numbers = [*numbers[:10], f"… ({len(numbers)} in all)"]
+        return ("line " if len(self.skipped) == 1 else "lines ") + ", ".join(numbers)
+
+    def skipped_warning(self, path: object) -> str:
+        """One line for the user naming the file and its skipped lines (empty when none)."""
+        if not self.skipped:
+            return ""
+        verb = "is" if len(self.skipped) == 1 else "are"
+        return (
+            f"tavern-agent: warning: {path}: {self.skipped_text()} {verb} not readable "
+            "(not a JSON object); skipped, as SillyTavern skips them"
+        )
+
+    def missing_floors(self) -> str:
+        """Where the skipped lines stand among the floors, for the model (empty when none)."""
+        if not self.skipped:
+            return ""
+        places = []
+        for s in self.skipped[:10]:
+            floor = s.before - (1 if self.has_header else 0)
+            places.append(f"before floor {floor}" if floor >= 0 else "before the first floor")
+        more = f" and {len(self.skipped) - 10} more" if len(self.skipped) > 10 else ""
+        return (
+            f"{len(self.skipped)} line(s) of the chat file could not be read, so those "
+            f"messages are missing ({'; '.join(places)}{more}); SillyTavern skips them too."
+        )
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -243,11 +306,20 @@ class ChatFile:
             body = self.newline.join(records)
             return body + self.newline if self.trailing_newline and records else body
         known = len(self.gaps) - 1
+        tail = self.gaps[known]
         out = bytearray()
         for at, record in enumerate(records):
-            out += self.gaps[at] if at < known else self.newline
+            if at < known:
+                out += self.gaps[at]
+            elif at == known and tail.strip():
+                # Skipped lines at the end (a truncated last line) stay where they
+                # are; the new record starts on a line of its own after them.
+                out += tail if tail.endswith(b"\n") else tail + self.newline
+            else:
+                out += self.newline
             out += record
-        out += self.gaps[known]
+        if len(records) <= known or not tail.strip():
+            out += tail
         return bytes(out)
 
 
@@ -320,6 +392,7 @@ def parse_chat(data: bytes, *, known: Callable[[bytes], bool] | None = None) -> 
     if data.startswith(b"\xef\xbb\xbf"):
         raise ChatFormatError("the chat file starts with a byte order mark")
     records: list[tuple[bytes, dict[str, Any] | None]] = []
+    skipped: list[SkippedLine] = []
     gaps: list[bytes] = []
     pending = bytearray()  # the bytes since the last record
     pieces = data.split(b"\n")
@@ -334,6 +407,9 @@ def parse_chat(data: bytes, *, known: Callable[[bytes], bool] | None = None) -> 
             later = records and known is not None and known(line)
             obj = _LATER if later else _json_object(line)
         if obj is None:
+            if line.strip():
+                leading = not records and not skipped
+                skipped.append(SkippedLine(at + 1, len(records), leading))
             pending += piece + end
             continue
         start = 0 if line is piece else piece.index(line)
@@ -354,6 +430,7 @@ def parse_chat(data: bytes, *, known: Callable[[bytes], bool] | None = None) -> 
     messages = [ChatMessage(obj, line) for line, obj in records]
     newline = b"\r\n" if b"\r\n" in data[:65536] else b"\n"
     chat = ChatFile(header, messages, header_line, newline, has_header=has_header)
+    chat.skipped = skipped
     plain = gaps[0] == b"" and all(g == b"\n" for g in gaps[1:-1]) and gaps[-1] in (b"", b"\n")
     if plain and newline == b"\n":
         chat.trailing_newline = len(gaps) > 1 and gaps[-1] == b"\n"

@@ -418,6 +418,8 @@ async def _open_run(assembly: Assembly, flags: RunFlags, start: Start) -> tuple[
         ) from None
     except (ChatFormatError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
+    if run.chat is not None and run.record.get("skippedChatLines"):
+        click.echo(run.chat.chat().skipped_warning(run.record["chatFile"]), err=True)
     return run, start.gateway
 
 

@@ -261,11 +261,13 @@ async def _send(
         chat_run = None
         if source is not None:
             try:
-                chat_run, _, _ = assembly.chat_run(
+                chat_run, chat, _ = assembly.chat_run(
                     source, root, run_id=run_id, profile_id=profile.id
                 )
             except (ChatFormatError, ValueError) as exc:
                 raise click.UsageError(str(exc)) from None
+            if chat.skipped:
+                click.echo(chat.skipped_warning(source.chat_file), err=True)
             opened.append(chat_run)
         snap = assembly.snapshot(profile, scene, ModelProtocol(flags.protocol))
         gate = assembly.gate(

@@ -70,6 +70,8 @@ class RunStarted(JournalEvent, frozen=True, kw_only=True):
     floor_count: the chat's floors when the run read it
     persist_base: the sha of the ``persist/`` version the run started from
     model: the run's model record (its protocol, name, base URL; no secret)
+    skipped_chat_lines: the chat file's lines that are not JSON objects, skipped
+    as SillyTavern skips them
     """
 
     kind = "run_started"
@@ -80,6 +82,7 @@ class RunStarted(JournalEvent, frozen=True, kw_only=True):
     floor_count: int | None
     persist_base: str | None
     model: Any
+    skipped_chat_lines: list[int] | None = None
 
 
 class RunResumed(JournalEvent, frozen=True, kw_only=True):

@@ -56,6 +56,7 @@ class Resumer(RunPart):
                 floor_count=None if run.chat is None else run.chat.floor_count,
                 persist_base=None if run.persist_base is None else run.persist_base.sha,
                 model=run.record.get("model"),
+                skipped_chat_lines=run.record.get("skippedChatLines") or None,
             )
         )
         self.invocation_started(self.state.current)

@@ -40,7 +40,7 @@ from typing import Any
 from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly, ChatSource
 from tavern_agent.chat.cards import CharacterCard
-from tavern_agent.chat.formats import ChatFile
+from tavern_agent.chat.formats import ChatFile, ChatFormatError
 from tavern_agent.chat.repository import FileChatRepository
 from tavern_agent.chat.run_input import ChatRun, ChatRunInput
 from tavern_agent.chat.world_books import WorldBook
@@ -173,7 +173,7 @@ class Run:
         undo: list[Callable[[], None]] = []
         try:
             return cls._create(assembly, spec, run_id, undo)
-        except OSError:
+        except (OSError, ChatFormatError):
             for step in reversed(undo):
                 step()
             raise
@@ -209,6 +209,7 @@ class Run:
             # Its index is built on a daemon thread that writes into the chat's
             # folder: undone before the folders go (undo runs in reverse).
             undo.append(chat_run.settle)
+            chat.refuse_unreadable_header(spec.chat_file)
             ws = assembly.workspace(run_dir, Scene.CHAT, profile, chat_run)
             scene = Scene.CHAT
         else:
@@ -231,6 +232,8 @@ class Run:
             "createdAt": datetime.now(UTC).isoformat(timespec="seconds"),
             "invocations": [],
         }
+        if chat is not None and chat.skipped:  # lines SillyTavern skips, named once
+            record["skippedChatLines"] = [s.line for s in chat.skipped]
         tools = RunTools(assembly, scene, spec.protocol)
         run = cls(run_id, run_dir, data, tools, record, profile, ws, chat_run)
         card = _card_fields(spec.card)

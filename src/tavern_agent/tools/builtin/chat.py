@@ -197,8 +197,10 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
     scope = f"floors {start}-{end}"
     note = SYSTEM_ROLE_NOTE if role == "system" else ""
     if not hits:
+        missing = f"\n{chat.missing_floors()}" if chat.skipped else ""
         return ToolOutcome(
-            f'No floors match "{query}" in {scope}. Try other words or a wider range.{note}',
+            f'No floors match "{query}" in {scope}. Try other words or a wider range.{note}'
+            + missing,
             {"query": query, "hits": []},
         )
     reader = ctx.model_name(CHAT_READ_MESSAGES, "chat_read_messages")
@@ -225,6 +227,8 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
             }
         )
     lines.append(f"Read floors with {reader}.{note}")
+    if chat.skipped:
+        lines.append(chat.missing_floors())
     return ToolOutcome("\n".join(lines), {"query": query, "hits": records})
 
 
@@ -308,4 +312,6 @@ def _read(run: ChatRun, items: list[dict[str, Any]], ctx: CallContext) -> ToolOu
         records.append({"floor": floor, "startLine": seg.start, "endLine": seg.end})
     if more:
         parts.append(continuation(more, "floors"))
+    if chat.skipped:
+        parts.append(chat.missing_floors())
     return ToolOutcome("\n".join(parts), {"floors": records, "more": more})
