@@ -61,6 +61,7 @@ $(VENV)/.bench: $(STAMP)
 bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/gate_overhead.py
 	$(BIN)/python benchmarks/toolset_tokens.py
+	$(BIN)/python benchmarks/first_request.py
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/search.py
 	$(BIN)/python benchmarks/mcp_overhead.py

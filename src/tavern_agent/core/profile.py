@@ -146,10 +146,17 @@ class RunSettings(_Model):
 
 
 class PromptSettings(_Model):
-    """The run prompt: ``system`` replaces the default duties text; history budget in chars."""
+    """The run prompt: ``system`` replaces the default duties text; the chat history it carries.
+
+    ``initial_chat_history_messages`` is how many floors the first prompt shows
+    (SillyTavern's ``initialChatHistoryMessages``): -1 all that fit
+    ``history_chars``, 0 none, N the newest N that fit. The model reads the
+    rest with the chat tools.
+    """
 
     system: str = ""
     history_chars: int = Field(12_000, ge=0, le=2_000_000)
+    initial_chat_history_messages: int = Field(-1, ge=-1, le=1_000_000)
 
 
 class DelegationSettings(_Model):

@@ -69,11 +69,15 @@ def text_turn_reminder(snapshot: ToolSnapshot, saved_path: str | None) -> str:
     return f"Your turn had no tool call, so nothing was posted.{saved} {finish_steps(snapshot)}"
 
 
-def _history(chat: ChatFile, count: int, budget: int) -> tuple[list[str], int]:
-    """Visible floors before ``count``, newest first kept, within ``budget`` characters."""
+def _history(chat: ChatFile, count: int, budget: int, newest: int = -1) -> tuple[list[str], int]:
+    """Visible floors before ``count``, newest first kept, within ``budget`` characters
+    and at most ``newest`` of them (-1: no such limit)."""
     lines: list[str] = []
     used = 0
+    first_shown = count
     for index in range(count - 1, -1, -1):
+        if len(lines) == newest:
+            break
         message = chat.messages[index]
         if message.hidden:
             continue
@@ -82,8 +86,8 @@ def _history(chat: ChatFile, count: int, budget: int) -> tuple[list[str], int]:
             break
         lines.append(line)
         used += len(line)
+        first_shown = index
     lines.reverse()
-    first_shown = count - len(lines)
     return lines, first_shown
 
 
@@ -97,8 +101,10 @@ def chat_material(
     history_chars: int,
     snapshot: ToolSnapshot,
     task: str = "",
+    history_messages: int = -1,
 ) -> str:
-    """The first user message of a chat run."""
+    """The first user message of a chat run; ``history_messages`` caps the floors shown
+    (-1: all that fit ``history_chars``, 0: none)."""
     sections: list[str] = []
     if card:
         name = card.get("name") or "the character"
@@ -108,13 +114,12 @@ def chat_material(
         entries = "\n".join(f"- {a.label or a.ref}: {a.content}" for a in activation)
         sections.append(f"## Active world info\n{entries}")
     if chat is not None:
-        lines, first = _history(chat, floor_count, history_chars)
-        note = ""
+        lines, first = _history(chat, floor_count, history_chars, history_messages)
         read = _name(snapshot, "chat.read_messages")
         if first > 0:
             more = f"; read them with {read}" if read else ""
-            note = f"(floors 0-{first - 1} are not shown{more})\n"
-        sections.append(f"## Chat ({floor_count} floors)\n{note}" + "\n".join(lines))
+            lines.insert(0, f"(floors 0-{first - 1} are not shown{more})")
+        sections.append(f"## Chat ({floor_count} floors)\n" + "\n".join(lines))
     if skills:
         listing = "\n".join(f"- skills/{s.folder}/: {s.description or s.name}" for s in skills)
         sections.append(f"## Skills\n{listing}")

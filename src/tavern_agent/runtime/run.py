@@ -256,6 +256,7 @@ class Run:
                 activation=chat_run.input.activation,
                 skills=data.skills(profile),
                 history_chars=profile.prompt.history_chars,
+                history_messages=profile.prompt.initial_chat_history_messages,
                 snapshot=snapshot,
                 task=spec.task,
             )
