@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,8 +20,6 @@ from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.inputs import InputError, load_card, load_world
 from tavern_agent.mcp.approval import ASK_MODES
-from tavern_agent.providers.choice import ModelChoiceError, model_gateway
-from tavern_agent.providers.gateway import ModelGateway
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -93,18 +92,12 @@ def protocol_option(f: Any) -> Any:
     )(f)
 
 
-def chosen_model(
-    model: str | None,
-    replay: Path | None,
-    base_url: str | None,
-    protocol: str,
-    api_key_env: str,
-    record: dict[str, Any] | None = None,
-) -> tuple[ModelGateway, dict[str, Any]]:
-    """:func:`~tavern_agent.providers.choice.model_gateway`; a wrong choice is a usage error."""
+@contextlib.contextmanager
+def usage_error(*kinds: type[Exception]) -> Iterator[None]:
+    """An error of ``kinds`` raised inside is a usage error: its message says what to give."""
     try:
-        return model_gateway(model, replay, base_url, protocol, api_key_env, record)
-    except ModelChoiceError as exc:
+        yield
+    except kinds as exc:
         raise click.UsageError(str(exc)) from None
 
 

@@ -22,8 +22,8 @@ from tavern_agent.chat import progress as index_progress
 from tavern_agent.chat.formats import ChatFormatError
 from tavern_agent.commands.options import (
     chat_source,
-    chosen_model,
     mcp_ask_option,
+    usage_error,
     world_info_options,
 )
 from tavern_agent.commands.submitter import (
@@ -37,7 +37,7 @@ from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.mcp.approval import Approver, approver_for
-from tavern_agent.providers.choice import BASE_URL_ENV
+from tavern_agent.providers.choice import BASE_URL_ENV, ModelChoiceError, model_gateway
 from tavern_agent.providers.gateway import ModelGateway
 from tavern_agent.runtime import events as ev
 from tavern_agent.runtime.engines import LocalEngine
@@ -247,9 +247,10 @@ class RunFlags:
         self, record: dict[str, Any] | None = None
     ) -> tuple[ModelGateway, dict[str, Any]]:
         """The model these flags name (``record``: a resumed run's, where no flag is given)."""
-        return chosen_model(
-            self.model, self.replay, self.base_url, self.protocol, self.api_key_env, record
-        )
+        with usage_error(ModelChoiceError):
+            return model_gateway(
+                self.model, self.replay, self.base_url, self.protocol, self.api_key_env, record
+            )
 
 
 @dataclass(frozen=True)
@@ -270,20 +271,16 @@ class Live:
 
 
 def _to_resume(data_dir: Path, resume_id: str) -> Start:
-    try:
+    with usage_error(RunNotFound):
         return Start(run_dir=find_run(DataRoot(data_dir), resume_id))
-    except RunNotFound as exc:
-        raise click.UsageError(str(exc)) from None
 
 
 def _new_run(data_dir: Path, flags: RunFlags) -> Start:
     """The spec of a new run from the flags, and the gateway to its model."""
     if flags.chat_file is None and flags.session is None and flags.st_data is None:
         raise click.UsageError("give CHAT_FILE, --st-data DIR, --session NAME or --resume RUN")
-    try:
+    with usage_error(ProfileError):
         profile: Profile = resolve_profile(flags.profile_spec, data_dir)
-    except ProfileError as exc:
-        raise click.UsageError(str(exc)) from None
     source = chat_source(
         flags.st_data,
         flags.chat_file,
@@ -488,10 +485,8 @@ def runs_list(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """The timeline of RUN: events, tool calls with arguments and results, errors in red."""
-    try:
+    with usage_error(RunNotFound):
         run_dir = find_run(DataRoot(ctx.obj["data_dir"]), run_id)
-    except RunNotFound as exc:
-        raise click.UsageError(str(exc)) from None
     path = run_dir / run_layout.JOURNAL_FILE
     if as_json:  # the lines as they are written
         click.echo(json.dumps(read_events(path), ensure_ascii=False, indent=2))
@@ -579,10 +574,8 @@ def runs_cancel(
     live local run); an interrupted run is ended so that it is not resumed.
     """
     data_dir: Path = ctx.obj["data_dir"]
-    try:
+    with usage_error(RunNotFound):
         run_dir = find_run(DataRoot(data_dir), run_id)
-    except RunNotFound as exc:
-        raise click.UsageError(str(exc)) from None
 
     async def cancel() -> RunResult:
         async with await Assembly.open(data_dir, pages=False) as assembly:

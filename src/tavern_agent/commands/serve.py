@@ -8,39 +8,24 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from tavern_agent.commands.options import chosen_model
+from tavern_agent.commands.options import usage_error
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.extensions.host import DEFAULT_CALL_TIMEOUT, LOOPBACK_HOSTS, ExtensionHost
 from tavern_agent.extensions.protocol import CLIENT_PATH, PAGE_PATH
 from tavern_agent.extensions.remote import HostFiles
+from tavern_agent.providers.choice import ModelChoiceError, model_gateway
 
 if TYPE_CHECKING:
     from tavern_agent.endpoint.serve import EndpointOptions
 
 
-def endpoint_options(
-    data_dir: Path,
-    *,
-    model: str | None,
-    replay: Path | None,
-    base_url: str | None,
-    protocol: str,
-    api_key_env: str,
-    host: str,
-    port: int,
-    key_env: str | None,
-    origins: Sequence[str],
-    max_concurrent_runs: int,
-    heartbeat: float = 10.0,
-    names: tuple[str | None, str | None] = (None, None),
-) -> EndpointOptions:
+def endpoint_options(data_dir: Path, flags: ServeFlags) -> EndpointOptions:
     """The agent endpoint's options from ``serve``'s flags, checked before anything listens."""
     # Starlette only when the endpoint is served
     from tavern_agent.endpoint.app import EndpointSettings
@@ -49,8 +34,9 @@ def endpoint_options(
     from tavern_agent.endpoint.serve import EndpointOptions
     from tavern_agent.endpoint.server import EndpointServer
 
-    if model is not None and replay is not None:
+    if flags.model is not None and flags.replay is not None:
         raise click.UsageError("--model and --replay exclude each other")
+    key_env, host, port = flags.endpoint_key_env, flags.host, flags.api_port
     try:
         if key_env is not None:
             key, note = key_from_env(key_env), f"from ${key_env}"
@@ -60,24 +46,28 @@ def endpoint_options(
             note = f"{key}  (shown once; kept in {where})" if created else f"in {where}"
     except EndpointKeyError as exc:
         raise click.UsageError(str(exc)) from None
-    gateway, record = chosen_model(model, replay, base_url, protocol, api_key_env)
+    with usage_error(ModelChoiceError):
+        gateway, record = model_gateway(
+            flags.model, flags.replay, flags.base_url, flags.protocol, flags.api_key_env
+        )
     try:
         server = EndpointServer(host, port)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
     settings = EndpointSettings(
         key,
-        max_concurrent_runs=max_concurrent_runs,
-        allowed_origins=tuple(origins),
+        max_concurrent_runs=flags.max_concurrent_runs,
+        allowed_origins=flags.origins,
         loopback_only=host in LOOPBACK_HOSTS,
-        heartbeat_seconds=heartbeat,
+        heartbeat_seconds=flags.heartbeat,
     )
+    names = (flags.user_name, flags.character_name)
     user, character = (name.strip() or None if name else None for name in names)
     return EndpointOptions(
         data_dir,
         gateway,
         record,
-        ModelProtocol(protocol),
+        ModelProtocol(flags.protocol),
         settings,
         note,
         server,
@@ -201,21 +191,7 @@ def serve_command(ctx: click.Context, /, **flags: Any) -> None:
     files = HostFiles(data_dir)
     options: EndpointOptions | None = None
     if given.model is not None or given.replay is not None:
-        options = endpoint_options(
-            data_dir,
-            model=given.model,
-            replay=given.replay,
-            base_url=given.base_url,
-            protocol=given.protocol,
-            api_key_env=given.api_key_env,
-            host=given.host,
-            port=given.api_port,
-            key_env=given.endpoint_key_env,
-            origins=given.origins,
-            max_concurrent_runs=given.max_concurrent_runs,
-            heartbeat=given.heartbeat,
-            names=(given.user_name, given.character_name),
-        )
+        options = endpoint_options(data_dir, given)
     asyncio.run(_serve(files, given, options, lock))
 
 
