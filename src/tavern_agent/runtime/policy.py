@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.profile import Profile
@@ -63,6 +64,13 @@ CANCELLED_TEXT = "Not run: the run was cancelled before this call started."
 AUTO_PUBLISH_REASON = "auto-publish: the message body before the first explicit commit"
 
 
+def _refused(
+    call: RecordedCall, binding: ToolBinding, code: ErrorCode, text: str, **details: Any
+) -> AgentToolResult:
+    """The refusal of ``call`` to the tool of ``binding``: one error code, its text."""
+    return AgentToolResult.failure(call.call_id, binding.tool_id, code, text, **details)
+
+
 def after_finish_result(call: RecordedCall, binding: ToolBinding) -> AgentToolResult:
     """A finishing call that was not the last of its turn."""
     name = binding.model_name
@@ -70,9 +78,7 @@ def after_finish_result(call: RecordedCall, binding: ToolBinding) -> AgentToolRe
         f"{name} was not run: it must be the last call of its turn. "
         f"The other calls ran; call {name} again on its own."
     )
-    return AgentToolResult.failure(
-        call.call_id, binding.tool_id, ErrorCode.AGENT_TOOL_AFTER_FINISH, text
-    )
+    return _refused(call, binding, ErrorCode.AGENT_TOOL_AFTER_FINISH, text)
 
 
 def second_handoff_result(call: RecordedCall, binding: ToolBinding) -> AgentToolResult:
@@ -81,9 +87,7 @@ def second_handoff_result(call: RecordedCall, binding: ToolBinding) -> AgentTool
         f"Only one {binding.model_name} per turn: the earlier one in this turn stands. "
         "No action was taken for this one."
     )
-    return AgentToolResult.failure(
-        call.call_id, binding.tool_id, ErrorCode.AGENT_TOOL_AFTER_FINISH, text
-    )
+    return _refused(call, binding, ErrorCode.AGENT_TOOL_AFTER_FINISH, text)
 
 
 def finish_refusal(
@@ -272,17 +276,15 @@ def unusable_target(
     )
     if target is None:
         text = f"No agent {agent_id!r}. {listing}"
-        return AgentToolResult.failure(
-            call.call_id,
-            binding.tool_id,
+        return _refused(
+            call,
+            binding,
             ErrorCode.AGENT_TARGET_PROFILE_NOT_FOUND,
             text,
             candidates=list(valid),
         )
     text = f"Agent {agent_id} cannot be used: {why}. {listing}"
-    return AgentToolResult.failure(
-        call.call_id, binding.tool_id, code, text, candidates=list(valid)
-    )
+    return _refused(call, binding, code, text, candidates=list(valid))
 
 
 def delegator_refusal(
@@ -292,9 +294,7 @@ def delegator_refusal(
     if not is_child and caller.delegation.can_delegate:
         return None
     text = f"Agent {caller.id} may not delegate. Do the work yourself."
-    return AgentToolResult.failure(
-        call.call_id, binding.tool_id, ErrorCode.AGENT_DELEGATION_POLICY_DENIED, text
-    )
+    return _refused(call, binding, ErrorCode.AGENT_DELEGATION_POLICY_DENIED, text)
 
 
 def delegation_budget_refusal(
@@ -316,17 +316,13 @@ def delegation_budget_refusal(
             f"Not started: all {limits.max_invocations_per_run} tasks of this run are used. "
             "Finish with the results you have."
         )
-        return AgentToolResult.failure(
-            call.call_id, binding.tool_id, budget, text, limit=limits.max_invocations_per_run
-        )
+        return _refused(call, binding, budget, text, limit=limits.max_invocations_per_run)
     if running >= limits.max_concurrent_invocations:
         text = (
             f"Not started: {running} tasks already run (limit "
             f"{limits.max_concurrent_invocations}). {wait_one}, then retry."
         )
-        return AgentToolResult.failure(
-            call.call_id, binding.tool_id, budget, text, limit=limits.max_concurrent_invocations
-        )
+        return _refused(call, binding, budget, text, limit=limits.max_concurrent_invocations)
     return None
 
 
@@ -345,9 +341,7 @@ def await_refusal(
     if not mine:
         delegate = snapshot.name_of(DELEGATE)
         text = "You have no delegated tasks." + (f" Start one with {delegate}." if delegate else "")
-        return AgentToolResult.failure(
-            call.call_id, binding.tool_id, ErrorCode.AGENT_NO_CHILD_TASKS, text
-        )
+        return _refused(call, binding, ErrorCode.AGENT_NO_CHILD_TASKS, text)
     known = {task_id for task_id, _, _ in mine}
     unknown = [i for i in asked or () if i not in known]
     if not unknown:
@@ -357,9 +351,7 @@ def await_refusal(
         + ", ".join(f"{task_id} ({agent_id}, {status})" for task_id, agent_id, status in mine)
         + "."
     )
-    return AgentToolResult.failure(
-        call.call_id, binding.tool_id, ErrorCode.AGENT_AWAIT_TASK_NOT_FOUND, text, unknown=unknown
-    )
+    return _refused(call, binding, ErrorCode.AGENT_AWAIT_TASK_NOT_FOUND, text, unknown=unknown)
 
 
 def task_return_refusal(
@@ -368,16 +360,12 @@ def task_return_refusal(
     """A ``task.return`` by a caller that is no live task; ``task`` is (task id, status)."""
     if task is None:
         text = "Only a delegated child agent can return a task; finish your work another way."
-        return AgentToolResult.failure(
-            call.call_id, binding.tool_id, ErrorCode.AGENT_TASK_RETURN_DENIED, text
-        )
+        return _refused(call, binding, ErrorCode.AGENT_TASK_RETURN_DENIED, text)
     task_id, status = task
     if status == "running":
         return None
     text = f"{task_id} has returned already ({status}); nothing more to do."
-    return AgentToolResult.failure(
-        call.call_id, binding.tool_id, ErrorCode.AGENT_TASK_ALREADY_FINISHED, text
-    )
+    return _refused(call, binding, ErrorCode.AGENT_TASK_ALREADY_FINISHED, text)
 
 
 def handoff_refusal(
@@ -392,18 +380,14 @@ def handoff_refusal(
     """A caller that may not hand off, or not yet (``running``: its live tasks' ids)."""
     if is_child or not caller.delegation.can_handoff:
         text = f"Agent {caller.id} may not hand off. Finish the work yourself."
-        return AgentToolResult.failure(
-            call.call_id, binding.tool_id, ErrorCode.AGENT_HANDOFF_POLICY_DENIED, text
-        )
+        return _refused(call, binding, ErrorCode.AGENT_HANDOFF_POLICY_DENIED, text)
     if not running:
         return None
     waiter = snapshot.name_of(AWAIT)
     text = f"Not handed off: {len(running)} task(s) still run ({', '.join(running)}). " + (
         f"Wait for them with {waiter}, then hand off." if waiter else "Hand off once they end."
     )
-    return AgentToolResult.failure(
-        call.call_id, binding.tool_id, ErrorCode.AGENT_HANDOFF_PENDING_TASKS, text
-    )
+    return _refused(call, binding, ErrorCode.AGENT_HANDOFF_PENDING_TASKS, text)
 
 
 def handoff_depth_refusal(
@@ -416,9 +400,9 @@ def handoff_depth_refusal(
         f"Not handed off: this run was handed off {depth} time(s), the limit. "
         "Finish the work yourself."
     )
-    return AgentToolResult.failure(
-        call.call_id,
-        binding.tool_id,
+    return _refused(
+        call,
+        binding,
         ErrorCode.AGENT_HANDOFF_DEPTH_EXHAUSTED,
         text,
         depth=depth,
