@@ -226,9 +226,13 @@ class RunResponse(Response):
         self.endpoint.running.add(run_id)
         task = asyncio.create_task(engine.start())
         task.add_done_callback(lambda _: lines.put_nowait(None))
-        answer = self._stream if stream else self._whole
+        answer = (
+            self._stream(task, engine, progress, lines, send)
+            if stream
+            else self._whole(task, engine, progress, send)
+        )
         try:
-            await until_disconnect(receive, answer(task, engine, progress, lines, send))
+            await until_disconnect(receive, answer)
         except OSError:  # the client went away while we were writing
             pass
         finally:
@@ -246,7 +250,6 @@ class RunResponse(Response):
         task: asyncio.Task[RunResult],
         engine: Engine,
         progress: RunProgress,
-        lines: asyncio.Queue[str | None],
         send: Send,
     ) -> None:
         result = await task
