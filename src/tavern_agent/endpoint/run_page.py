@@ -157,11 +157,9 @@ class RunPages:
 
     async def list_page(self, request: Request) -> Response:
         """``GET /runs``: the runs, newest first, as an HTML table."""
-        login = self._login(request)
-        if login is not None:
-            return login
-        if not self.allowed(request):
-            return self.refused()
+        refusal = self._refusal(request, login=True)
+        if refusal is not None:
+            return refusal
         rows = []
         for summary in reversed(self._summaries()):
             run_id = html.escape(summary["runId"])
@@ -209,15 +207,9 @@ class RunPages:
 
     async def run_page(self, request: Request) -> Response:
         """``GET /runs/<id>``: one run's page, which renders its event stream."""
-        login = self._login(request)
-        if login is not None:
-            return login
-        if not self.allowed(request):
-            return self.refused()
-        try:
-            run_dir = find_run(self.data, request.path_params["run_id"])
-        except RunNotFound:
-            return PlainTextResponse("No such run.\n", 404)
+        run_dir = self._run_dir(request, login=True)
+        if isinstance(run_dir, Response):
+            return run_dir
         summary = self.redactor().value(self._summary(run_dir))
         run_id = html.escape(summary["runId"])
         spilled = "".join(
@@ -237,12 +229,9 @@ class RunPages:
     async def events(self, request: Request) -> Response:
         """``GET /runs/<id>/events``: the run's journal as
         server-sent events, followed until the run ends."""
-        if not self.allowed(request):
-            return self.refused()
-        try:
-            run_dir = find_run(self.data, request.path_params["run_id"])
-        except RunNotFound:
-            return PlainTextResponse("No such run.\n", 404)
+        run_dir = self._run_dir(request)
+        if isinstance(run_dir, Response):
+            return run_dir
         headers = dict(SECURITY_HEADERS, **{"X-Accel-Buffering": "no"})
         return StreamingResponse(
             self._follow(run_dir), media_type="text/event-stream", headers=headers
@@ -251,12 +240,9 @@ class RunPages:
     async def file(self, request: Request) -> Response:
         """``GET /runs/<id>/files/<path>``: one of the run's spilled
         result files, redacted (no other path is served)."""
-        if not self.allowed(request):
-            return self.refused()
-        try:
-            run_dir = find_run(self.data, request.path_params["run_id"])
-        except RunNotFound:
-            return PlainTextResponse("No such run.\n", 404)
+        run_dir = self._run_dir(request)
+        if isinstance(run_dir, Response):
+            return run_dir
         relative = request.path_params["path"]
         if relative not in spilled_files(run_dir):  # only the listed files, never a path
             return PlainTextResponse("Not found\n", 404)
@@ -264,6 +250,24 @@ class RunPages:
         return PlainTextResponse(self.redactor().text(text), headers=SECURITY_HEADERS)
 
     # ------------------------------------------------------------ helpers
+
+    def _refusal(self, request: Request, *, login: bool = False) -> Response | None:
+        """The answer instead of the route's: with ``login``, the redirect a valid
+        ``?key=`` gets; the 401 without a key; ``None``: the route answers."""
+        redirect = self._login(request) if login else None
+        if redirect is not None:
+            return redirect
+        return None if self.allowed(request) else self.refused()
+
+    def _run_dir(self, request: Request, *, login: bool = False) -> Path | Response:
+        """The folder of the run the path names, or the answer instead (a refusal, 404)."""
+        refusal = self._refusal(request, login=login)
+        if refusal is not None:
+            return refusal
+        try:
+            return find_run(self.data, request.path_params["run_id"])
+        except RunNotFound:
+            return PlainTextResponse("No such run.\n", 404)
 
     def _summary(self, run_dir: Path) -> dict[str, Any]:
         summary = run_summary(run_dir)
