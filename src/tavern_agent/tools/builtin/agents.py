@@ -33,7 +33,27 @@ _STR = {"type": "string"}
 _TEXT = {"type": "string", "maxLength": MAX_TEXT}
 # A task or brief is an open object: keys beyond the named ones reach the agent
 # under "Additional Instructions", each as text of at most MAX_TEXT characters.
-_EXTRA = {"type": "string", "maxLength": MAX_TEXT}
+_EXTRA = _TEXT
+_LIST = {"type": "array", "items": _STR}
+
+
+def _to_agent(field: str, brief: dict[str, Any]) -> dict[str, Any]:
+    """The parameters of a tool that gives an agent (``agentId``) a brief, the open
+    object ``field``: its ``objective`` is required, keys beyond ``brief``'s are text."""
+    return {
+        "type": "object",
+        "properties": {
+            "agentId": _STR,
+            field: {
+                "type": "object",
+                "properties": brief,
+                "required": ["objective"],
+                "additionalProperties": _EXTRA,
+            },
+        },
+        "required": ["agentId", field],
+        "additionalProperties": False,
+    }
 
 
 def describe_delegate(offer: Offer) -> str:
@@ -63,25 +83,15 @@ def describe_handoff(offer: Offer) -> str:
         "Returns a taskId at once: collect the result with agent_await."
     ),
     describe=describe_delegate,
-    parameters={
-        "type": "object",
-        "properties": {
-            "agentId": _STR,
-            "task": {
-                "type": "object",
-                "properties": {
-                    "objective": _TEXT | {"description": "What to do, self-contained."},
-                    "title": _TEXT,
-                    "context": _TEXT,
-                    "expectedOutput": _TEXT,
-                },
-                "required": ["objective"],
-                "additionalProperties": _EXTRA,
-            },
+    parameters=_to_agent(
+        "task",
+        {
+            "objective": _TEXT | {"description": "What to do, self-contained."},
+            "title": _TEXT,
+            "context": _TEXT,
+            "expectedOutput": _TEXT,
         },
-        "required": ["agentId", "task"],
-        "additionalProperties": False,
-    },
+    ),
     scenes=CHAT_ONLY,
     child_drop=True,
     repeatable=True,
@@ -131,29 +141,19 @@ async def AWAIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
         "Wait for your tasks with agent_await first. Call it alone."
     ),
     describe=describe_handoff,
-    parameters={
-        "type": "object",
-        "properties": {
-            "agentId": _STR,
-            "handoff": {
-                "type": "object",
-                "properties": {
-                    "objective": _TEXT,
-                    "title": _TEXT,
-                    "reason": _TEXT,
-                    "contextSummary": _TEXT,
-                    "workspaceRefs": {"type": "array", "items": _STR},
-                    "mustPreserve": {"type": "array", "items": _STR},
-                    "completionCriteria": {"type": "array", "items": _STR},
-                    "pendingTaskPolicy": {"type": "string", "enum": ["denyIfPending"]},
-                },
-                "required": ["objective"],
-                "additionalProperties": _EXTRA,
-            },
+    parameters=_to_agent(
+        "handoff",
+        {
+            "objective": _TEXT,
+            "title": _TEXT,
+            "reason": _TEXT,
+            "contextSummary": _TEXT,
+            "workspaceRefs": _LIST,
+            "mustPreserve": _LIST,
+            "completionCriteria": _LIST,
+            "pendingTaskPolicy": {"type": "string", "enum": ["denyIfPending"]},
         },
-        "required": ["agentId", "handoff"],
-        "additionalProperties": False,
-    },
+    ),
     scenes=CHAT_ONLY,
     finishing=True,
     child_drop=True,
@@ -161,9 +161,6 @@ async def AWAIT(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
 async def HANDOFF(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     """``agent.handoff``: asks the runtime to hand the rest of the run to another agent."""
     return ToolOutcome("", effect=HandoffAccepted(args["agentId"], dict(args["handoff"])))
-
-
-_LIST = {"type": "array", "items": _STR}
 
 
 @builtin_tool(
