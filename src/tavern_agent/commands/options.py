@@ -43,14 +43,21 @@ def mcp_ask_option(f: F) -> F:
 # ---------------------------------------------------------------- tools, profiles and models
 
 
+@contextlib.contextmanager
+def usage_error(*kinds: type[Exception]) -> Iterator[None]:
+    """An error of ``kinds`` raised inside is a usage error: its message says what to give."""
+    try:
+        yield
+    except kinds as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 def chosen_profile(assembly: Assembly, profile_spec: str | None, scene: Scene) -> Profile:
     """The named profile, or one allowing every tool of the catalog."""
-    try:
+    with usage_error(ProfileError):
         if profile_spec is None:
             return assembly.everything(scene)
         return resolve_profile(profile_spec, assembly.data.path)
-    except ProfileError as exc:
-        raise click.UsageError(str(exc)) from None
 
 
 def on_every_source(data_dir: Path, work: Callable[[Assembly], T]) -> T:
@@ -90,15 +97,6 @@ def protocol_option(f: Any) -> Any:
         show_default=True,
         help="Model protocol whose naming and schema rules apply.",
     )(f)
-
-
-@contextlib.contextmanager
-def usage_error(*kinds: type[Exception]) -> Iterator[None]:
-    """An error of ``kinds`` raised inside is a usage error: its message says what to give."""
-    try:
-        yield
-    except kinds as exc:
-        raise click.UsageError(str(exc)) from None
 
 
 # ---------------------------------------------------------------- SillyTavern data and world info
@@ -173,11 +171,9 @@ def st_data_source(
     seed: int | None = None,
 ) -> ChatSource:
     """The chat source ``--st-data`` names (usage errors say what the folder holds)."""
-    try:
+    with usage_error(StDataError, InputError):
         selection = open_st_data(st_data, character=character, chat=chat or LATEST, group=group)
         extra = tuple(load_world(p) for p in extra_worlds)
-    except (StDataError, InputError) as exc:
-        raise click.UsageError(str(exc)) from None
     for note in selection.notes:
         click.echo(f"tavern-agent: note: {note}", err=True)
     source = ChatSource.from_st_data(selection, seed=seed)
@@ -195,11 +191,9 @@ def chat_source_from_files(
     card_file = Path(character) if character is not None else None
     if card_file is not None and not card_file.is_file():
         raise click.UsageError(f"no card file {card_file} (a name needs --st-data)")
-    try:
+    with usage_error(InputError):
         books = tuple(load_world(p) for p in world_files)
         card = load_card(card_file) if card_file is not None else None
-    except InputError as exc:
-        raise click.UsageError(str(exc)) from None
     stem = card_file.stem if card_file is not None else ""
     return ChatSource(chat_file, books, card, seed, world_info_settings(), character_file=stem)
 
