@@ -91,6 +91,9 @@ def prepare_legacy(root: Path) -> tuple[list[str], Path, int]:
 @contextmanager
 def sillytavern(root: Path, log: Path, st_dir: Path = ST_DIR) -> Iterator[SillyTavern]:
     """SillyTavern (of ``st_dir``) serving ``root``'s data on a free port until the block ends."""
+    if not (st_dir / "server.js").is_file():
+        peer = st_dir.parents[1]  # make's test setup installs it
+        raise RuntimeError(f"SillyTavern is not installed: run `npm ci --prefix {peer}`")
     arguments, data, port = prepare_legacy(root) if st_dir == LEGACY_DIR else prepare(root)
     node = str(NODE) if NODE.exists() else "node"
     # Outside any git work tree, SillyTavern's version (and its webpack cache key) is stable.
