@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import httpx2
@@ -40,13 +40,14 @@ from mcp.shared.auth import (
     ProtectedResourceMetadata,
 )
 from mcp.shared.auth import OAuthClientMetadata as _ClientMetadata
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from tavern_agent.fsutil import atomic_write
 
 CLIENT_NAME = "tavern-agent"
 CALLBACK_PATH = "/callback"
 LOGIN_WAIT_SECONDS = 300.0
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class LoginRequired(Exception):
@@ -71,13 +72,17 @@ class FileTokenStorage:
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
         atomic_write(self.path, text.encode(), mode=0o600)
 
-    async def get_tokens(self) -> OAuthToken | None:
-        """The stored tokens, or ``None`` (also for a damaged entry)."""
-        raw = self._load().get("tokens")
+    def _entry(self, key: str, kind: type[_M]) -> _M | None:
+        """The stored ``key`` read as ``kind``, or ``None`` (not stored, or damaged)."""
+        raw = self._load().get(key)
         try:
-            return None if raw is None else OAuthToken.model_validate(raw)
+            return None if raw is None else kind.model_validate(raw)
         except ValidationError:
             return None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        """The stored tokens, or ``None`` (also for a damaged entry)."""
+        return self._entry("tokens", OAuthToken)
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         """Store new tokens with their expiry time; a wanted scope is settled."""
@@ -113,12 +118,8 @@ class FileTokenStorage:
         return server, resource
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
-        """The stored client registration, or ``None``."""
-        raw = self._load().get("client")
-        try:
-            return None if raw is None else OAuthClientInformationFull.model_validate(raw)
-        except ValidationError:
-            return None
+        """The stored client registration, or ``None`` (also for a damaged entry)."""
+        return self._entry("client", OAuthClientInformationFull)
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         """Store the client registration."""
