@@ -116,6 +116,30 @@ def test_ctrl_c_cancels_and_the_journal_records_it(tmp_path: Path) -> None:
     assert events[-1]["payload"]["errorCode"] == "run.cancelled"
 
 
+def test_ctrl_c_pressed_on_and_on_still_ends_with_the_note_and_130(tmp_path: Path) -> None:
+    chat = tmp_path / "chat.jsonl"
+    shutil.copyfile(EXAMPLES / "chat.jsonl", chat)
+    data = tmp_path / "data"
+    with OpenAIServer([], hang=True) as server:
+        command = [sys.executable, "-m", "tavern_agent", "--data-dir", str(data), "run"]
+        command += [str(chat), "--model", "local", "--base-url", server.base_url]
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while not server.bodies:  # the run is waiting for the model
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        for _ in range(9):  # through the cancel, its note and the exit
+            time.sleep(0.01)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "cancelled" in out and "--resume" in out
+    journal = next(data.glob("chats/*/runs/*/events.jsonl"))
+    assert json.loads(journal.read_text().splitlines()[-1])["type"] == "run_cancelled"
+
+
 def test_a_second_ctrl_c_still_lets_the_cancel_be_journaled(tmp_path: Path) -> None:
     # An impatient user presses Ctrl-C twice while the run's progress output cannot drain
     # (a paused terminal, a pager): the run is stuck in a write to stdout when both arrive.

@@ -328,6 +328,7 @@ def _execute(
 
 
 def _interrupted(console: Console, flags: RunFlags, live: Live) -> NoReturn:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # more Ctrl-C must not cut the note short
     if flags.engine_name == "temporal" and live.run is not None:
         run_id = live.run.id
         console.print(f"[yellow]stopped following[/]: the run goes on; runs cancel {run_id}")
@@ -534,8 +535,7 @@ def show_timeline(
     records = [r if isinstance(r, JournalRecord) else JournalRecord.from_json(r) for r in events]
     summary = run_summary(run_dir)
     head = markup(f"{summary['runId']}  {summary['scene']}  {summary['status']}")
-    if summary.get("chatFile"):  # copies of one chat look alike: say which file it was
-        head += "\n" + markup(f"chat file: {summary['chatFile']}")
+    head += "\n" + markup(f"chat file: {summary['chatFile']}") if summary.get("chatFile") else ""
     if "problem" in summary:
         head += f"\n{markup(summary['problem'])}"
     console.print(f"[bold]{head}[/]")
