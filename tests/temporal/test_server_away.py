@@ -98,3 +98,12 @@ def test_the_submitter_follows_the_journal_while_the_server_is_away(
         assert submitter.returncode == 3 and out == ""
         last = err.strip().splitlines()[-1]
         assert last.startswith("tavern-agent: run run_") and "runs show run_" in last, err
+
+
+def test_no_server_at_all_is_one_line_to_act_on(tmp_path: Path) -> None:
+    submitter = submit(tmp_path, f"127.0.0.1:{free_port()}", "http://127.0.0.1:9/v1")
+    out, err = submitter.communicate(timeout=120)
+    assert submitter.returncode == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert "cannot reach the Temporal server" in line and "connection refused" in line
+    assert "--temporal HOST:PORT" in line and len(line) < 200

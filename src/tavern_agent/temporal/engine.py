@@ -161,7 +161,11 @@ class TemporalEngine:
         try:  # this process says itself when the server is away: no SDK retry lines
             return await connect(self.address, sdk_log_level="ERROR")
         except RuntimeError as exc:
-            raise ValueError(f"cannot reach the Temporal server at {self.address}: {exc}") from None
+            why = "connection refused" if "Connection refused" in str(exc) else str(exc)[:200]
+            raise ValueError(
+                f"cannot reach the Temporal server at {self.address} ({why}); start it, "
+                "or name the right one with --temporal HOST:PORT"
+            ) from None
 
 
 def _unreachable(failure: BaseException | None) -> str | None:
