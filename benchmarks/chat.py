@@ -22,7 +22,7 @@
 
 Calls go through the real gate (argument parsing, schema check, dispatch).
 Goals from the issue: warm search < 50 ms, cold < 3 s, activation < 100 ms.
-Run: ``python benchmarks/chat.py [--floors N]``.
+Run: ``python benchmarks/chat.py [--floors N] [--quick]``.
 """
 
 from __future__ import annotations
@@ -187,28 +187,35 @@ async def first_shell_call(path: Path, data_dir: Path) -> float:
     return took
 
 
-async def run_start_side_by_side(path: Path, tmp: Path, floors: int) -> None:
-    before, before_files = await first_request(path, tmp / "data_before", mount_floors=True)
+async def run_start_side_by_side(path: Path, tmp: Path, floors: int, quick: bool) -> None:
+    """Time to the first model request; without ``quick`` also the old run start beside it
+    and the first shell call (each writes two files per floor: minutes on a slow disk)."""
     after, after_files = await first_request(path, tmp / "data_after", mount_floors=False)
-    shell = await first_shell_call(path, tmp / "data_shell")
     print(f"time to the first model request, first run ever on the {floors:,}-floor chat:")
-    print(
-        f"  before (run start also wrote the floor mount): {ms(before):>12}  {before_files:,} files"
-    )
+    if not quick:
+        before, before_files = await first_request(path, tmp / "data_before", mount_floors=True)
+        print(
+            f"  before (run start also wrote the floor mount): {ms(before):>12}"
+            f"  {before_files:,} files"
+        )
     print(
         f"  now (chat/floors/ served from memory):         {ms(after):>12}  {after_files:,} files"
     )
-    print(f"  first workspace_shell call of a new run (syncs the shell's floor copy): {ms(shell)}")
+    if not quick:
+        shell = await first_shell_call(path, tmp / "data_shell")
+        print(
+            f"  first workspace_shell call of a new run (syncs the shell's floor copy): {ms(shell)}"
+        )
 
 
-async def main(floors: int, only_start: bool) -> None:
+async def main(floors: int, only_start: bool, quick: bool) -> None:
     rng = random.Random(42)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big.jsonl"
         write_chat(path, floors, rng)
         size = path.stat().st_size
         print(f"chat: {floors:,} floors, {size / 1e6:,.1f} MB")
-        await run_start_side_by_side(path, Path(tmp), floors)
+        await run_start_side_by_side(path, Path(tmp), floors, quick)
         if only_start:
             return
         repo = FileChatRepository(path)
@@ -315,5 +322,10 @@ if __name__ == "__main__":
     parser.add_argument(
         "--only-start", action="store_true", help="only the run start and first shell call"
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="no floor files written (old run start, first shell call): what make bench runs",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.floors, args.only_start))
+    asyncio.run(main(args.floors, args.only_start, args.quick))

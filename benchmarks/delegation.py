@@ -150,7 +150,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--children", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
+    parser.add_argument("--quick", action="store_true", help="median of 2: what make bench runs")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.repeats = 2
     print(f"{args.children} children delegated in one turn and awaited, under {args.dir}")
     print(f"{'journal':<10} {'per child':>10} {'(CPU)':>8} {'delegate call':>14} {'run total':>10}")
     for fsync in (True, False):

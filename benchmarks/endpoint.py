@@ -217,5 +217,8 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--concurrent", type=int, default=20)
     parser.add_argument("--recording", choices=["short", "example"], default="short")
+    parser.add_argument("--quick", action="store_true", help="median of 5: what make bench runs")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats = 5
     asyncio.run(main(args.repeats, args.concurrent, args.recording))

@@ -224,6 +224,10 @@ async def main(count: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=20)
-    asyncio.run(main(parser.parse_args().runs))
+    parser.add_argument(
+        "--quick", action="store_true", help="6 runs per engine: what make bench runs"
+    )
+    args = parser.parse_args()
+    asyncio.run(main(6 if args.quick else args.runs))
     sys.stdout.flush()
     os._exit(0)  # skip teardown: the Temporal client's native threads (see commands/run.py)

@@ -169,7 +169,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", default=None, help="Where the runs are written (default: TMPDIR).")
+    parser.add_argument("--quick", action="store_true", help="one run each: what make bench runs")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats = 1
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
         recording = record(args.rounds, root)

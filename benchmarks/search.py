@@ -111,7 +111,10 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--tree", type=Path, help="keep the generated tree here and reuse it")
+    parser.add_argument("--quick", action="store_true", help="median of 3: what make bench runs")
     args = parser.parse_args()
+    if args.quick:
+        args.repeat = 3
     rg, grep = shutil.which("rg"), shutil.which("grep")
     tmp = args.tree or Path(tempfile.mkdtemp(prefix="tavern-search-"))
     try:

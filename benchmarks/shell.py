@@ -175,7 +175,14 @@ async def main() -> None:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--jq-runs", type=int, default=5)
     parser.add_argument("--mb", type=float, nargs="+", default=[10.0, 100.0])
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="100 calls, jq on 10 MB only, 3 runs: what make bench runs",
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.calls, args.jq_runs, args.mb = 100, 3, [10.0]
     tmp = Path(tempfile.mkdtemp(prefix="shell-bench-"))
     try:
         assembly = Assembly(tmp / "data")

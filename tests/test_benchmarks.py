@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,25 @@ def test_every_imported_name_exists(path: Path) -> None:
         and importlib.util.find_spec(f"{module}.{name}") is None
     ]
     assert not missing, f"{path.name} imports names the package no longer has: {missing}"
+
+
+def quick_scripts() -> list[str]:
+    """The scripts ``make bench`` runs with ``$(QUICK)`` (``--quick``; empty for bench-full)."""
+    makefile = (Path(__file__).parent.parent / "Makefile").read_text(encoding="utf-8")
+    return re.findall(r"benchmarks/(\w+\.py) \$\(QUICK\)", makefile)
+
+
+def test_every_script_make_bench_runs_quick_accepts_quick() -> None:
+    scripts = quick_scripts()
+    assert "chat.py" in scripts and "engines.py" in scripts
+    without = [
+        name
+        for name in scripts
+        if not any(
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", None) == "add_argument"
+            and any(isinstance(a, ast.Constant) and a.value == "--quick" for a in node.args)
+            for node in ast.walk(ast.parse((BENCHMARKS[0].parent / name).read_text("utf-8")))
+        )
+    ]
+    assert not without, f"make bench passes --quick to scripts without it: {without}"
