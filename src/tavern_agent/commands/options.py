@@ -20,6 +20,7 @@ from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.inputs import InputError, load_card, load_world
 from tavern_agent.mcp.approval import ASK_MODES
+from tavern_agent.providers.openai_chat import COMPAT_MODES
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -97,6 +98,19 @@ def protocol_option(f: Any) -> Any:
         show_default=True,
         help="Model protocol whose naming and schema rules apply.",
     )(f)
+
+
+def compat_option(f: F) -> F:
+    """``--compat``: which kind of ``openai_chat`` server ``--base-url`` is."""
+    option = click.option(
+        "--compat",
+        type=click.Choice(COMPAT_MODES),
+        default=None,
+        help="openai_chat server kind: 'openai' (OpenAI's API: max_completion_tokens) or "
+        "'compatible' (llama.cpp, Ollama, LM Studio, KoboldCpp: max_tokens). "
+        "Default: auto, by the base URL's host.",
+    )
+    return option(f)
 
 
 # ---------------------------------------------------------------- SillyTavern data and world info

@@ -22,6 +22,7 @@ from tavern_agent.chat import progress as index_progress
 from tavern_agent.chat.formats import ChatFormatError
 from tavern_agent.commands.options import (
     chat_source,
+    compat_option,
     mcp_ask_option,
     usage_error,
     world_info_options,
@@ -162,6 +163,7 @@ def temporal_options(f: Any) -> Any:
     show_default=True,
 )
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True)
+@compat_option
 @click.option("--seed", type=int, default=None, help="Seed for dice and activation.")
 @mcp_ask_option
 @click.option(
@@ -226,6 +228,7 @@ class RunFlags:
     base_url: str | None
     protocol: str
     api_key_env: str
+    compat: str | None
     seed: int | None
     mcp_ask: str
     engine_name: str
@@ -248,9 +251,8 @@ class RunFlags:
     ) -> tuple[ModelGateway, dict[str, Any]]:
         """The model these flags name (``record``: a resumed run's, where no flag is given)."""
         with usage_error(ModelChoiceError):
-            return model_gateway(
-                self.model, self.replay, self.base_url, self.protocol, self.api_key_env, record
-            )
+            flags = (self.model, self.replay, self.base_url, self.protocol, self.api_key_env)
+            return model_gateway(*flags, record, self.compat)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tavern_agent.commands.options import usage_error
+from tavern_agent.commands.options import compat_option, usage_error
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.extensions.host import DEFAULT_CALL_TIMEOUT, LOOPBACK_HOSTS, ExtensionHost
 from tavern_agent.extensions.protocol import CLIENT_PATH, PAGE_PATH
@@ -48,7 +48,12 @@ def endpoint_options(data_dir: Path, flags: ServeFlags) -> EndpointOptions:
         raise click.UsageError(str(exc)) from None
     with usage_error(ModelChoiceError):
         gateway, record = model_gateway(
-            flags.model, flags.replay, flags.base_url, flags.protocol, flags.api_key_env
+            flags.model,
+            flags.replay,
+            flags.base_url,
+            flags.protocol,
+            flags.api_key_env,
+            compat=flags.compat,
         )
     try:
         server = EndpointServer(host, port)
@@ -123,6 +128,7 @@ def endpoint_options(data_dir: Path, flags: ServeFlags) -> EndpointOptions:
     show_default=True,
     help="Environment variable holding the upstream model's key (as for `run`).",
 )
+@compat_option
 @click.option(
     "--api-port",
     type=int,
@@ -208,6 +214,7 @@ class ServeFlags:
     base_url: str | None
     protocol: str
     api_key_env: str
+    compat: str | None
     api_port: int
     host: str
     endpoint_key_env: str | None

@@ -30,11 +30,14 @@ def model_gateway(
     protocol: str,
     api_key_env: str,
     record: dict[str, Any] | None = None,
+    compat: str | None = None,
 ) -> tuple[ModelGateway, dict[str, Any]]:
     """The model a run talks to, from the CLI's flags (``run``, ``serve``), and its record.
 
     ``record`` is a resumed run's stored model record, used where no flag is
-    given. The second value is what ``run.json`` keeps (never a key).
+    given. ``compat`` is ``--compat`` (which kind of ``openai_chat`` server
+    the base URL is; ``None``: the record's, else decided by the URL). The
+    second value is what ``run.json`` keeps (never a key).
     Raises :class:`ModelChoiceError`.
     """
     if replay is None and model is None and record:
@@ -43,6 +46,7 @@ def model_gateway(
         elif record.get("kind") == "http":
             model, base_url = record["model"], base_url or record["baseUrl"]
             protocol, api_key_env = record["protocol"], record.get("apiKeyEnv") or api_key_env
+            compat = compat or record.get("compat")
             if f"{MASK}@" in base_url:
                 raise ModelChoiceError(
                     "the run's base URL held credentials, which are never stored: "
@@ -61,6 +65,7 @@ def model_gateway(
         model,
         base_url or os.environ.get(BASE_URL_ENV, DEFAULT_BASE_URL),
         api_key_env=api_key_env,
+        compat=compat or "auto",
     )
     return HttpGateway(config), {"kind": "http", **config.to_json()}
 

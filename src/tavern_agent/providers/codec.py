@@ -10,6 +10,7 @@ reason and the transcript keeps the raw text.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -129,6 +130,19 @@ class Codec(ABC):
     def request_head(self, model: str, max_tokens: int) -> dict[str, Any]:
         """The model and length-cap fields of a request body."""
         return {"model": model, self.max_tokens_field: max_tokens}
+
+    def capped_by(self, field: str) -> Codec:
+        """This codec naming the answer's cap ``field`` in :meth:`request_head`.
+
+        Servers of one protocol differ in the field they read (see
+        :func:`~tavern_agent.providers.openai_chat.cap_field`); a cap sent
+        under a name the server ignores caps nothing.
+        """
+        if field == self.max_tokens_field:
+            return self
+        other = copy.copy(self)
+        other.max_tokens_field = field
+        return other
 
     def encode_tools(
         self, snapshot: ToolSnapshot, choice: ToolChoice = AUTO, *, strict: bool = False

@@ -17,7 +17,8 @@ of its protocol (:func:`ends_stream`); one cut off before it, or carrying an
 error event (:func:`stream_error`), fails the request instead of passing a
 partial answer on as if it were whole.
 Any OpenAI-compatible server (llama.cpp, vLLM, Ollama) works with
-``openai_chat``.
+``openai_chat``; the answer's cap is sent under the name that server reads
+(:func:`~tavern_agent.providers.openai_chat.cap_field`, ``ModelConfig.compat``).
 
 :class:`ReplayGateway` answers from ``model-responses/round-NNN.json`` files
 a previous run recorded, so a run reproduces offline.
@@ -39,7 +40,9 @@ from tavern_agent import run_layout
 from tavern_agent.core import json_input
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.redact import Redactor, url_secrets, url_without_userinfo
+from tavern_agent.providers.codec import Codec
 from tavern_agent.providers.incremental import RequestEncoder
+from tavern_agent.providers.openai_chat import cap_field
 from tavern_agent.providers.registry import codec_for
 from tavern_agent.providers.transcript import (
     AssistantMessage,
@@ -185,7 +188,11 @@ def _recorded_children(journal: Path) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    """Where and how to reach a model. The API key is read from ``api_key_env``."""
+    """Where and how to reach a model. The API key is read from ``api_key_env``.
+
+    ``compat`` says which kind of ``openai_chat`` server ``base_url`` is (see
+    :data:`~tavern_agent.providers.openai_chat.COMPAT_MODES`); other protocols ignore it.
+    """
 
     protocol: ModelProtocol
     model: str
@@ -198,6 +205,7 @@ class ModelConfig:
     max_backoff: float = 20.0
     max_tokens: int = 4096
     headers: Mapping[str, str] = field(default_factory=dict)
+    compat: str = "auto"
 
     def api_key(self) -> str | None:
         """The API key from the ``api_key_env`` environment variable, if set."""
@@ -208,13 +216,24 @@ class ModelConfig:
         return Redactor([self.api_key(), *url_secrets(self.base_url)])
 
     def to_json(self) -> dict[str, Any]:
-        """The record of how the model was reached: no key, no URL user-info."""
-        return {
+        """The record of how the model was reached: no key, no URL user-info
+        (``compat`` only when it was set: ``auto`` decides from the URL again)."""
+        record = {
             "protocol": self.protocol.value,
             "model": self.model,
             "baseUrl": url_without_userinfo(self.base_url),
             "apiKeyEnv": self.api_key_env,
         }
+        if self.compat != "auto":
+            record["compat"] = self.compat
+        return record
+
+    def codec(self) -> Codec:
+        """The protocol's codec, sending the answer's cap under the name this server reads."""
+        codec = codec_for(self.protocol)
+        if self.protocol is ModelProtocol.OPENAI_CHAT:
+            return codec.capped_by(cap_field(self.base_url, self.compat))
+        return codec
 
 
 def _endpoint(config: ModelConfig) -> tuple[str, dict[str, str], dict[str, Any]]:
@@ -312,7 +331,7 @@ class HttpGateway:
 
     def __init__(self, config: ModelConfig, client: httpx.AsyncClient | None = None) -> None:
         self.config = config
-        self.codec = codec_for(config.protocol)
+        self.codec = config.codec()
         timeout = httpx.Timeout(config.timeout, connect=config.connect_timeout)
         self.client = client or httpx.AsyncClient(timeout=timeout)
         self.requests = RequestEncoder(self.codec, _endpoint(config)[2])

@@ -5,6 +5,10 @@ streamed, ``delta.tool_calls[]`` fragments are joined by ``index``. History
 replays each call with its arguments re-encoded from the object (``"{}"`` when
 invalid), followed by one ``{"role": "tool", tool_call_id}`` message per call.
 History ids longer than 40 characters are rewritten.
+
+The answer's cap goes by the name the server reads (:func:`cap_field`):
+OpenAI's own API takes ``max_completion_tokens``, other servers of this
+protocol ``max_tokens``.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.calls import ToolCall
@@ -33,6 +38,32 @@ FINISH = {
 }
 
 
+COMPAT_MODES = ("auto", "openai", "compatible")
+"""Which server an ``openai_chat`` base URL is: ``openai`` (OpenAI's own API, Azure
+OpenAI), ``compatible`` (llama.cpp, Ollama, LM Studio, KoboldCpp, vLLM and the
+like), or ``auto``: decided by the URL's host."""
+
+_OPENAI_HOSTS = ("api.openai.com",)
+_OPENAI_HOST_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com")
+
+
+def cap_field(base_url: str, compat: str = "auto") -> str:
+    """The body field that caps the answer's length on the server at ``base_url``.
+
+    OpenAI's own API wants ``max_completion_tokens`` (its reasoning models
+    refuse ``max_tokens``); OpenAI-compatible servers read ``max_tokens``
+    (llama.cpp ignores the other and generates until its context is full).
+    ``compat`` (one of :data:`COMPAT_MODES`) overrides the guess from the host.
+    """
+    if compat not in COMPAT_MODES:
+        raise ValueError(f"compat must be one of {', '.join(COMPAT_MODES)}, not {compat!r}")
+    if compat == "auto":
+        host = (urlsplit(base_url).hostname or "").lower()
+        official = host in _OPENAI_HOSTS or host.endswith(_OPENAI_HOST_SUFFIXES)
+        compat = "openai" if official else "compatible"
+    return "max_completion_tokens" if compat == "openai" else "max_tokens"
+
+
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
@@ -42,7 +73,10 @@ def dump_arguments(values: Mapping[str, Any]) -> str:
 
 
 class OpenAIChatCodec(Codec):
-    """The OpenAI Chat Completions codec: function tools, ``tool_calls``, ``tool`` messages."""
+    """The OpenAI Chat Completions codec: function tools, ``tool_calls``, ``tool`` messages.
+
+    Its cap field is OpenAI's; :meth:`~Codec.capped_by` gives the one other servers read.
+    """
 
     max_tokens_field = "max_completion_tokens"
     protocol = ModelProtocol.OPENAI_CHAT
