@@ -39,10 +39,12 @@ from tavern_agent.runtime.policy import (
     finish_refusal,
     handoff_depth_refusal,
     handoff_refusal,
+    repeat_hint,
     second_handoff_result,
     task_return_refusal,
     unusable_target,
 )
+from tavern_agent.tools.builtin.chat import valid_floors
 from tavern_agent.tools.catalog import ExternalReceipt, InMemoryToolSource
 from tavern_agent.tools.context import CallContext
 from tavern_agent.tools.gate import ToolRequestGate
@@ -621,6 +623,13 @@ def policy_cases(snapshot: ToolSnapshot) -> list[tuple[ErrorCode, AgentToolResul
         )
     )
     out.append((ErrorCode.RUN_CANCELLED, cancelled_result(finish)))
+    # The stronger hint of a call that failed the same way three times keeps its code.
+    floor = "Floor 9 is not in this chat (floors 0-3). Use a floor from 0 to 3."
+    missing = AgentToolResult.failure(
+        "c1", None, ErrorCode.CHAT_FLOOR_NOT_FOUND, floor, valid=valid_floors(4)
+    )
+    out.append((ErrorCode.CHAT_FLOOR_NOT_FOUND, repeat_hint(missing, 3)))
+    out.append((ErrorCode.RUN_CANCELLED, repeat_hint(cancelled_result(finish), 3)))
     return out + agent_policy_cases(snapshot)
 
 
@@ -718,6 +727,7 @@ def test_every_refusal_of_the_run_policy_has_a_case(tmp_path: Path) -> None:
     produced = {ErrorCode[n] for n in re.findall(r"ErrorCode\.([A-Z_]+)", source)}
     produced.discard(ErrorCode.AGENT_TOOL_BUDGET_EXHAUSTED)  # ends the run; not a tool result
     produced.discard(ErrorCode.MODEL_TOOL_CALL_REQUIRED)  # ends the run; not a tool result
+    produced.discard(ErrorCode.MODEL_STUCK)  # ends the run; not a tool result
     assembly = Assembly(tmp_path / "data")
     profile = assembly.everything(Scene.CHAT)
     covered = {

@@ -22,6 +22,7 @@ class ErrorCode(StrEnum):
     MODEL_UNKNOWN_TOOL_CALL = "model.unknown_tool_call"
     MODEL_TOOL_CALL_TRUNCATED = "model.tool_call_truncated"
     MODEL_TOOL_CALL_REQUIRED = "model.tool_call_required"
+    MODEL_STUCK = "model.stuck"
     # agent: budgets and run control
     AGENT_TOOL_BUDGET_EXHAUSTED = "agent.tool_budget_exhausted"
     AGENT_TOOL_AFTER_FINISH = "agent.tool_after_finish"
@@ -127,6 +128,9 @@ ERRORS: dict[ErrorCode, ErrorInfo] = {
     ),
     ErrorCode.MODEL_TOOL_CALL_REQUIRED: ErrorInfo(
         False, "The rounds ran out without the model finishing through a tool."
+    ),
+    ErrorCode.MODEL_STUCK: ErrorInfo(
+        False, "The model sent the same failing call again and again (the profile's limit)."
     ),
     ErrorCode.AGENT_TOOL_BUDGET_EXHAUSTED: ErrorInfo(
         True, "The invocation's call budget, or this tool's budget, is spent."

@@ -23,6 +23,7 @@ from tavern_agent.core.ids import InvalidToolId, ToolId
 DEFAULT_MAX_CALLS = 80
 DEFAULT_MAX_ROUNDS = 80
 DEFAULT_INLINE_CHAR_LIMIT = 50_000
+DEFAULT_MAX_IDENTICAL_FAILURES = 5
 NEW_PROFILE_TOOLS = ("builtin:workspace.shell",)
 BUILTIN_PROFILE_IDS = ("default-writer",)
 
@@ -93,9 +94,14 @@ class ShellLimits(_Model):
 
 
 class Limits(_Model):
-    """A profile's budgets: rounds, calls per invocation and per tool, inline result size, shell."""
+    """A profile's budgets: rounds, calls per invocation and per tool, inline result size, shell.
+
+    ``max_identical_failures``: the run stops (``model.stuck``) once one call, same
+    name and arguments, has failed this many times in a row with the same error.
+    """
 
     max_rounds: int = Field(DEFAULT_MAX_ROUNDS, ge=1, le=10_000)
+    max_identical_failures: int = Field(DEFAULT_MAX_IDENTICAL_FAILURES, ge=1, le=10_000)
     max_calls_per_invocation: int = Field(DEFAULT_MAX_CALLS, ge=1, le=100_000)
     max_calls_per_tool: dict[str, int] = Field(default_factory=dict)
     external_result_inline_char_limit: int = Field(DEFAULT_INLINE_CHAR_LIMIT, ge=1_000)

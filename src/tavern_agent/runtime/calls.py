@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tavern_agent import run_layout
@@ -45,14 +45,19 @@ from tavern_agent.runtime.effects import Effects
 from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.parts import RunPart, RunParts
 from tavern_agent.runtime.policy import (
+    HINT_AT,
     after_finish_result,
     budget_stop,
     cancelled_result,
     confirmed_commit_result,
+    failure_streaks,
+    repeat_hint,
+    repeats,
     second_handoff_result,
+    stuck_stop,
 )
 from tavern_agent.runtime.requests import write_audit
-from tavern_agent.runtime.turns import Next, NextCall, NextRound
+from tavern_agent.runtime.turns import Next, NextCall, NextRound, Stopped
 
 # Raw arguments up to this size are journaled inline; larger ones get a file.
 INLINE_ARGUMENTS_CHARS = 4_096
@@ -73,6 +78,18 @@ def _failed_names(inv: Invocation, turn: AssistantMessage) -> list[str]:
         if isinstance(item, ToolResultMessage) and item.result.is_error:
             failed.append(names.get(item.result.call_id, "?"))
     return failed[::-1]
+
+
+def _calls_with_results(inv: Invocation) -> Iterator[tuple[RecordedCall, AgentToolResult]]:
+    """The invocation's calls that have a result, with it, in order."""
+    calls: dict[str, RecordedCall] = {}
+    for item in inv.transcript.items:
+        if isinstance(item, AssistantMessage):
+            calls.update((rc.call_id, rc) for rc in item.calls)
+        elif isinstance(item, ToolResultMessage):
+            call = calls.get(item.result.call_id)
+            if call is not None:
+                yield call, item.result
 
 
 def _raw_json(raw: Any) -> Any:
@@ -182,11 +199,33 @@ class CallRunner(RunPart):
                 foreground=self.run.foreground,
                 explicit_commits=self.state.explicit_commits,
             )
+            if stop is None:
+                stop = self._stuck(inv)
             if stop is not None and isinstance(step, NextRound):
                 step = stop
         self.journal.sync()  # the end of a turn: one barrier for its repeatable calls
         self.checkpoints.save(self.run.invocations)
         return step
+
+    def _stuck(self, inv: Invocation) -> Stopped | None:
+        """The repeated-mistakes rule at the end of a turn in which a call failed."""
+        turn = inv.last_turn()
+        if turn is None or not _failed_names(inv, turn):
+            return None
+        limit = (inv.profile or self.run.profile).limits.max_identical_failures
+        return stuck_stop(failure_streaks(_calls_with_results(inv)), turn.calls, limit)
+
+    def _repeated(
+        self, inv: Invocation, rc: RecordedCall, result: AgentToolResult
+    ) -> tuple[AgentToolResult, int]:
+        """A failed call's result, made the stronger hint the third time it failed the same
+        way, and the count to journal (0 before the third time)."""
+        if not result.is_error:
+            return result, 0
+        count = repeats(failure_streaks(_calls_with_results(inv)), rc, result)
+        if count < HINT_AT:
+            return result, 0
+        return (repeat_hint(result, count) if count == HINT_AT else result), count
 
     async def _run_call(
         self,
@@ -233,13 +272,15 @@ class CallRunner(RunPart):
             result, after = await self.effects.apply(
                 inv, rc, binding, executed.result, effect, failed
             )
+            result, repeated = self._repeated(inv, rc, result)
             if not inv.is_child:
                 self.effects.note_candidate(result, effect)
-            self.store(inv, rc, result, number, time.monotonic() - started)
+            self.store(inv, rc, result, number, time.monotonic() - started, repeated)
             if isinstance(effect, FileWritten | FilePatched | CommitRequested):
                 self.checkpoints.save(self.run.invocations)  # state-changing effects
             return result, after
-        self.store(inv, rc, result, number, time.monotonic() - started)
+        result, repeated = self._repeated(inv, rc, result)
+        self.store(inv, rc, result, number, time.monotonic() - started, repeated)
         return result, None
 
     async def _continue_await(self, inv: Invocation, rc: RecordedCall) -> AgentToolResult:
@@ -276,8 +317,10 @@ class CallRunner(RunPart):
         result: AgentToolResult,
         number: int,
         elapsed: float,
+        repeated: int = 0,
     ) -> None:
-        """Journal a call's result and its outcome, and feed it back to the model."""
+        """Journal a call's result and its outcome, and feed it back to the model
+        (``repeated``: its identical failures in a row, from the third)."""
         # The journal is the result's record (a long one was spilled to a file in
         # tool-results/ by the gate, and the record holds its preview); the gate's
         # counters ride along so that resume folds them back.
@@ -290,19 +333,20 @@ class CallRunner(RunPart):
                 gate=inv.gate.state(),
             )
         )
-        outcome = ev.ToolCallFailed if result.is_error else ev.ToolCallCompleted
-        self.journal.write(
-            outcome(
-                call_id=rc.call_id,
-                tool_id=None if result.tool_id is None else str(result.tool_id),
-                name=rc.name,
-                is_error=result.is_error,
-                error_code=None if result.error_code is None else result.error_code.value,
-                message=_first_line(result.content),
-                elapsed_ms=round(elapsed * 1000, 2),
-                resource_refs=list(result.resource_refs),
-            )
+        outcome: dict[str, Any] = dict(
+            call_id=rc.call_id,
+            tool_id=None if result.tool_id is None else str(result.tool_id),
+            name=rc.name,
+            is_error=result.is_error,
+            error_code=None if result.error_code is None else result.error_code.value,
+            message=_first_line(result.content),
+            elapsed_ms=round(elapsed * 1000, 2),
+            resource_refs=list(result.resource_refs),
         )
+        if result.is_error:
+            self.journal.write(ev.ToolCallFailed(**outcome, repeated=repeated or None))
+        else:
+            self.journal.write(ev.ToolCallCompleted(**outcome))
         inv.add_result(ToolResultMessage(result))
 
     def pair_pending(self, inv: Invocation, *, cancelled: bool) -> None:

@@ -286,10 +286,15 @@ class ToolCallCompleted(ToolCallEnded, frozen=True, kw_only=True):
 
 
 class ToolCallFailed(ToolCallEnded, frozen=True, kw_only=True):
-    """A call failed or was refused; the model sees the error and the next step."""
+    """A call failed or was refused; the model sees the error and the next step.
+
+    repeated: from the third time on, how many times in a row this call (same name and
+      arguments) failed with this error; the third's result is the stronger hint
+    """
 
     kind = "tool_call_failed"
     default_level = "warn"
+    repeated: int | None = None
 
 
 class CommitRequested(JournalEvent, frozen=True, kw_only=True):

@@ -26,6 +26,14 @@ one module so they can be read, and changed, together:
   or hands off to whom, how many tasks a caller may start and run at once,
   and how deep handoffs go; ``agent.await`` and ``task.return`` are refused
   for tasks that are not the caller's, or already returned.
+* **Repeated mistakes end.** The same call (name and arguments) failing with
+  the same error code again and again, with no success of it between, is a
+  model going round in circles (other calls between do not break the
+  streak). The third such failure's result is a shorter, stronger hint that
+  names what is valid; once a call has failed ``limits.maxIdenticalFailures``
+  times so, the main line stops at the end of the turn (``model.stuck``;
+  a partial success if it committed). The streaks are read from the
+  transcript, so a resumed run counts as the live one did.
 * **No stranded runs.** When a foreground run's call budget is spent before
   any explicit commit, nothing the model can do will finish the run (commits
   are refused for the budget, and finishing needs a commit): the run stops at
@@ -39,10 +47,12 @@ these rules (the loop, the delegation) only ask; the codes and texts are here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from tavern_agent.core.arguments import ToolArguments, parse_arguments
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.profile import Profile
 from tavern_agent.core.results import AgentToolResult, FilePatched, FileWritten
@@ -180,6 +190,92 @@ def budget_stop(
         "cannot commit or finish any more."
     )
     return Stopped(ErrorCode.AGENT_TOOL_BUDGET_EXHAUSTED, text)
+
+
+# ---------------------------------------------------------------- repeated mistakes
+
+HINT_AT = 3  # the identical failure whose result becomes the stronger hint
+
+CallKey = tuple[str, str]
+
+
+def call_key(call: RecordedCall) -> CallKey:
+    """What makes two calls the same call: the name and the arguments (key order aside)."""
+    parsed = parse_arguments(call.call.raw_arguments)
+    if isinstance(parsed, ToolArguments):
+        text = json.dumps(parsed.values, sort_keys=True, ensure_ascii=False, default=repr)
+    else:
+        text = f"invalid:{parsed.raw!r}"
+    return str(call.name), text
+
+
+@dataclass(frozen=True, slots=True)
+class Streak:
+    """A call's identical failures in a row: the error code and how many times."""
+
+    code: ErrorCode | None
+    count: int
+
+
+def _after(last: Streak | None, result: AgentToolResult) -> Streak:
+    """A call's streak once it got ``result``."""
+    if not result.is_error:
+        return Streak(None, 0)
+    if last is not None and last.count and last.code is result.error_code:
+        return Streak(last.code, last.count + 1)
+    return Streak(result.error_code, 1)
+
+
+def failure_streaks(pairs: Iterable[tuple[RecordedCall, AgentToolResult]]) -> dict[CallKey, Streak]:
+    """Each call's streak after ``pairs`` (calls with their results, in order).
+
+    A success of the call, or a failure with another code, starts its streak over.
+    """
+    streaks: dict[CallKey, Streak] = {}
+    for call, result in pairs:
+        key = call_key(call)
+        streaks[key] = _after(streaks.get(key), result)
+    return streaks
+
+
+def repeats(streaks: dict[CallKey, Streak], call: RecordedCall, result: AgentToolResult) -> int:
+    """How many times in a row ``call`` has now failed as ``result`` did (0: it did not fail)."""
+    return _after(streaks.get(call_key(call)), result).count
+
+
+def repeat_hint(result: AgentToolResult, count: int) -> AgentToolResult:
+    """The stronger, shorter result of a call that failed the same way ``count`` times.
+
+    It leads with what is valid when the tool said so (a ``valid`` detail of its
+    error, e.g. "Only floors 0-3 exist."), else with the error's first sentence.
+    """
+    error = result.structured.get("error") if isinstance(result.structured, dict) else None
+    valid = error.get("valid") if isinstance(error, dict) else None
+    lead = valid if isinstance(valid, str) and valid else _first_sentence(result.content)
+    text = f"{lead} Failed {count} times: do not repeat this call."
+    return replace(result, content=text)
+
+
+def _first_sentence(text: str) -> str:
+    line = text.strip().split("\n", 1)[0]
+    end = line.find(". ")
+    return line if end < 0 else line[: end + 1]
+
+
+def stuck_stop(
+    streaks: dict[CallKey, Streak], calls: Sequence[RecordedCall], limit: int
+) -> Stopped | None:
+    """Stop the main line when one of the turn's ``calls`` failed ``limit`` times in a row."""
+    for call in calls:
+        streak = streaks.get(call_key(call))
+        if streak is not None and streak.count >= limit:
+            code = "" if streak.code is None else f" ({streak.code.value})"
+            text = (
+                f"{call.name} failed {streak.count} times in a row with the same arguments "
+                f"and the same error{code}; the model did not change course."
+            )
+            return Stopped(ErrorCode.MODEL_STUCK, text)
+    return None
 
 
 # ---------------------------------------------------------------- rounds

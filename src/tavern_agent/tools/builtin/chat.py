@@ -64,6 +64,11 @@ def floors_text(count: int) -> str:
     return f"floors 0-{count - 1}" if count else "no floors"
 
 
+def valid_floors(count: int) -> str:
+    """What a repeated floor mistake is told is valid (the run policy's stronger hint)."""
+    return f"Only floors 0-{count - 1} exist." if count else "The chat is empty."
+
+
 # ---------------------------------------------------------------- paging
 
 
@@ -171,6 +176,7 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
             f"start_floor {start} / end_floor {end} select nothing; this chat has "
             f"{floors_text(count)}."
             + (" Search within those floors." if count else " Go on without searching it."),
+            valid=valid_floors(count),
         )
     end = min(end, count - 1)
     if "scan_limit" in args:
@@ -277,6 +283,7 @@ def _read(run: ChatRun, items: list[dict[str, Any]], ctx: CallContext) -> ToolOu
                 ErrorCode.CHAT_FLOOR_NOT_FOUND,
                 f"Floor {item['floor']} is not in this chat ({floors_text(count)}). "
                 + (f"Use a floor from 0 to {count - 1}." if count else "Go on without it."),
+                valid=valid_floors(count),
             )
     chat = load_chat(run)
     if len(chat.messages) < count:
