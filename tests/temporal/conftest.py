@@ -18,6 +18,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a process the tests start: ``tests`` importable, and the
+    PYTHONPATH the suite runs with kept behind it (it may name the tree's ``src``)."""
+    path = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return os.environ | {"PYTHONPATH": os.pathsep.join(path)}
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -31,7 +38,7 @@ def _temporal_cli() -> str:
     return found
 
 
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], seconds: float = 30) -> None:
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], seconds: float = 120) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         assert proc.poll() is None, "the Temporal dev server exited at start"
@@ -92,8 +99,7 @@ class Workers:
         cmd = [sys.executable, "-m", "tavern_agent", "--data-dir", str(self.data_dir), "worker"]
         cmd += ["--temporal", self.address, "--task-queue", self.task_queue]
         cmd += ["--concurrency", str(concurrency)]
-        env = os.environ | {"PYTHONPATH": str(ROOT)}
-        proc = subprocess.Popen(cmd, env=env)
+        proc = subprocess.Popen(cmd, env=child_env())
         self.procs.append(proc)
         return proc
 

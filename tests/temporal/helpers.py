@@ -4,20 +4,34 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.worker import Replayer
 
 from tavern_agent.chat.formats import parse_chat
 from tavern_agent.temporal.worker import connect
 from tavern_agent.temporal.workflow import RunWorkflow
 from tests.runtime.helpers import kinds, payloads
-from tests.temporal.conftest import ROOT
+from tests.temporal.conftest import child_env
 
 __all__ = ["kinds", "payloads"]  # journal readers the Temporal tests import from here
+
+# A shell call a test cuts off (by stopping or killing its worker, or cancelling its
+# run) must still run when the cut comes, however slowly a busy machine takes the
+# steps between: it runs as long as a call may, the longest limit a profile sets
+# (a minute at a time: the sandbox's sleep stops at 60 s).
+SHELL_LIMIT = 600
+LONG_SHELL = f"for i in $(seq {SHELL_LIMIT // 60}); do sleep 60; done"
+
+
+def with_long_shell_calls(profile: dict[str, Any]) -> dict[str, Any]:
+    """``profile`` (a profile's JSON) with shell calls that may run ``SHELL_LIMIT`` s."""
+    return profile | {"limits": {"shell": {"timeoutSeconds": SHELL_LIMIT}}}
 
 
 def run_messages(chat_file: Path, run_id: str) -> list[str]:
@@ -31,11 +45,16 @@ def cli_command(data: Path, *args: str) -> list[str]:
 
 
 def cli_env() -> dict[str, str]:
-    return os.environ | {"PYTHONPATH": str(ROOT)}
+    return child_env()
+
+
+# How long a CLI process may take before a test gives up on it: only a hang takes it.
+# A run here takes seconds on idle cores and minutes beside 50 others on busy ones.
+CLI_LIMIT = 600
 
 
 async def cli_json(
-    data: Path, *args: str, timeout: float = 240, exit_code: int = 0
+    data: Path, *args: str, timeout: float = CLI_LIMIT, exit_code: int = 0
 ) -> dict[str, Any]:
     """Run ``tavern-agent … --json`` as a process; its JSON answer (it must exit so)."""
     proc = await asyncio.create_subprocess_exec(
@@ -50,7 +69,7 @@ async def cli_json(
     return answer
 
 
-async def cli_text(data: Path, *args: str, timeout: float = 60) -> str:
+async def cli_text(data: Path, *args: str, timeout: float = CLI_LIMIT) -> str:
     """Run ``tavern-agent …`` as a process; its output (it must exit 0)."""
     proc = await asyncio.create_subprocess_exec(
         *cli_command(data, *args),
@@ -114,6 +133,21 @@ async def running_step_worker(address: str, run_id: str) -> int | None:
         if pending.last_worker_identity:
             return int(pending.last_worker_identity.split("@")[0])
     return None
+
+
+async def polling(address: str, task_queue: str, pid: int) -> None:
+    """Wait until the worker process ``pid`` polls ``task_queue`` for steps."""
+    client = await connect(address)
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+    )
+    while True:
+        described = await client.workflow_service.describe_task_queue(request)
+        if any(p.identity.startswith(f"{pid}@") for p in described.pollers):
+            return
+        await asyncio.sleep(0.1)
 
 
 async def replay(address: str, run_id: str) -> None:

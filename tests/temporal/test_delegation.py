@@ -33,6 +33,7 @@ from tests.runtime.test_durable_children import (
 )
 from tests.temporal.conftest import Workers
 from tests.temporal.helpers import (
+    LONG_SHELL,
     cli_command,
     cli_env,
     cli_json,
@@ -43,6 +44,7 @@ from tests.temporal.helpers import (
     run_messages,
     running_step_worker,
     steps_by_worker,
+    with_long_shell_calls,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.temporal]
@@ -51,6 +53,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.temporal]
 def replay_args(tmp: Path, name: str, profile: Path, recorded: Path) -> list[str]:
     chat = write_chat(tmp / f"{name}.jsonl", TEXTS)
     return ["run", str(chat), "--profile", str(profile), "--replay", str(recorded)]
+
+
+def digging_child(tmp: Path) -> tuple[Path, Path, Path]:
+    """``record_a_digging_child`` whose child's shell call outlasts the test."""
+    recorded, profiles, profile = record_a_digging_child(tmp, 60)
+    for response in (recorded / "model-responses").rglob("*.json"):
+        text = response.read_text(encoding="utf-8")
+        response.write_text(text.replace("sleep 60;", f"{LONG_SHELL};"), encoding="utf-8")
+    digger = profiles / "digger.json"
+    digger.write_text(json.dumps(with_long_shell_calls(json.loads(digger.read_text()))))
+    return recorded, profiles, profile
 
 
 def task_results(run_dir: Path) -> dict[str, dict[str, Any]]:
@@ -150,7 +163,7 @@ def test_delegated_tasks_run_as_child_workflows_with_the_local_outcome(
 def test_a_killed_worker_s_child_step_goes_on_elsewhere_without_running_twice(
     temporal_server: str, tmp_path: Path
 ) -> None:
-    recorded, profiles, profile = record_a_digging_child(tmp_path, 60)
+    recorded, profiles, profile = digging_child(tmp_path)
     data = tmp_path / "data"
     shutil.copytree(profiles, data / "profiles")
     workers = Workers(temporal_server, data, "kill-child")
@@ -164,7 +177,7 @@ def test_a_killed_worker_s_child_step_goes_on_elsewhere_without_running_twice(
         pid = await running_step_worker(temporal_server, f"{run_dir.name}/{task_id}")
         (victim,) = [p for p in procs if p.pid == pid]
         workers.kill(victim)
-        return await asyncio.wait_for(running, 120), pid
+        return await running, pid
 
     try:
         outcome, killed = asyncio.run(scenario())
@@ -187,7 +200,7 @@ def test_a_killed_worker_s_child_step_goes_on_elsewhere_without_running_twice(
 def test_runs_cancel_stops_the_children_and_pairs_their_calls_on_either_engine(
     temporal_server: str, tmp_path: Path
 ) -> None:
-    recorded, profiles, profile = record_a_digging_child(tmp_path, 60)
+    recorded, profiles, profile = digging_child(tmp_path)
     data, local = tmp_path / "data", tmp_path / "local-data"
     for where in (data, local):
         shutil.copytree(profiles, where / "profiles")
@@ -200,7 +213,7 @@ def test_runs_cancel_stops_the_children_and_pairs_their_calls_on_either_engine(
         running = asyncio.ensure_future(cli_json(data, *args, *submit, exit_code=1))
         run_dir, _ = await child_in_shell(data)
         said = await cli_text(data, "runs", "cancel", run_dir.name, "--temporal", temporal_server)
-        outcome = await asyncio.wait_for(running, 60)
+        outcome = await running
         await replay(temporal_server, run_dir.name)
         return run_dir, outcome, said
 

@@ -27,6 +27,7 @@ from tests.runtime.helpers import example_run_args
 from tests.runtime.openai_server import CallSpec, OpenAIServer
 from tests.temporal.conftest import ROOT, Workers
 from tests.temporal.helpers import (
+    LONG_SHELL,
     activity_types,
     cli_command,
     cli_env,
@@ -34,10 +35,12 @@ from tests.temporal.helpers import (
     cli_text,
     kinds,
     payloads,
+    polling,
     replay,
     run_messages,
     running_step_worker,
     steps_by_worker,
+    with_long_shell_calls,
     workflow_runs,
 )
 
@@ -54,9 +57,12 @@ def on_temporal(address: str, queue: str) -> list[str]:
 
 
 def http_run_args(tmp: Path, name: str, base_url: str) -> list[str]:
-    """`run` arguments for a new chat ``tmp/<name>.jsonl`` against the test model server."""
+    """`run` arguments for a new chat ``tmp/<name>.jsonl`` against the test model server,
+    with the example profile whose shell calls may run ``SHELL_LIMIT`` seconds."""
     chat = write_chat(tmp / f"{name}.jsonl", ["We reach the ford.", "Seraphina waits."])
-    args = ["run", str(chat), "--profile", str(EXAMPLES / "profile.json"), "--seed", "7"]
+    profile = json.loads((EXAMPLES / "profile.json").read_text(encoding="utf-8"))
+    (tmp / f"{name}-profile.json").write_text(json.dumps(with_long_shell_calls(profile)))
+    args = ["run", str(chat), "--profile", str(tmp / f"{name}-profile.json"), "--seed", "7"]
     return [*args, "--model", "local", "--base-url", base_url, "--api-key-env", "NO_KEY_NEEDED"]
 
 
@@ -82,6 +88,15 @@ async def shell_running(data: Path, chats: Sequence[Path]) -> list[Path]:
 def in_shell(run_dir: Path) -> bool:
     events = kinds(run_dir)
     return events.count("tool_call_started") == 3 and events[-1] == "tool_call_started"
+
+
+async def shell_reached(data: Path, chats: Sequence[Path]) -> None:
+    """Wait until each chat's run has started its shell call (it may have ended since)."""
+    while True:
+        found = [run_dir_of(data, chat) for chat in chats]
+        if all(d is not None and kinds(d).count("tool_call_started") >= 3 for d in found):
+            return
+        await asyncio.sleep(0.05)
 
 
 def test_the_recorded_run_on_temporal_matches_the_local_engine(
@@ -175,11 +190,11 @@ def test_concurrent_runs_spread_over_two_workers_each_commit_once(
     assert all(len(runs) >= SPREAD_RUNS // 5 for runs in by_worker.values()), by_worker
 
 
-def shell_turns(seconds: int) -> list[list[CallSpec]]:
+def shell_turns(command: str) -> list[list[CallSpec]]:
     return [
         [("workspace_write_file", {"file_path": "output/main.md", "content": "Rowan wades in."})],
         [("workspace_commit", {"reason": "the reply"})],
-        [("workspace_shell", {"command": f"sleep {seconds}; echo done"})],
+        [("workspace_shell", {"command": f"{command}; echo done"})],
         [("workspace_finish", {"reason": "posted"})],
     ]
 
@@ -206,7 +221,9 @@ def test_a_killed_worker_s_runs_finish_on_the_other_without_repeating_effects(
         a_dirs = await shell_running(data, [tmp_path / f"a{i}.jsonl" for i in range(3)])
         second = workers.start(concurrency=3)
         runs += [submitted(f"b{i}", quick_url) for i in range(3)]
-        await shell_running(data, [tmp_path / f"b{i}.jsonl" for i in range(3)])
+        # The second worker took the new runs: each reached its quick shell call (all
+        # three at once inside it is not a given on a busy machine).
+        await shell_reached(data, [tmp_path / f"b{i}.jsonl" for i in range(3)])
         for run_dir in a_dirs:  # the first worker runs the three shell calls it started
             assert await running_step_worker(temporal_server, run_dir.name) == first.pid
         workers.kill(first)
@@ -214,7 +231,10 @@ def test_a_killed_worker_s_runs_finish_on_the_other_without_repeating_effects(
 
     try:
         # The first worker's shell calls would outlast the test; the second's end soon.
-        with OpenAIServer(shell_turns(60)) as slow, OpenAIServer(shell_turns(3)) as quick:
+        with (
+            OpenAIServer(shell_turns(LONG_SHELL)) as slow,
+            OpenAIServer(shell_turns("sleep 3")) as quick,
+        ):
             outcomes = asyncio.run(scenario(slow.base_url, quick.base_url))
     finally:
         workers.stop_all()
@@ -253,13 +273,12 @@ def test_a_stopped_worker_leaves_its_run_to_another(
             cli_json(data, *args, *on_temporal(temporal_server, "stop"))
         )
         await shell_running(data, [tmp_path / "chat.jsonl"])
-        workers.start()
-        await asyncio.sleep(2)  # the second worker connects
+        await polling(temporal_server, "stop", workers.start().pid)
         first.send_signal(stop)
-        return await asyncio.wait_for(running, 90)
+        return await running
 
     try:
-        with OpenAIServer(shell_turns(60)) as server:
+        with OpenAIServer(shell_turns(LONG_SHELL)) as server:
             outcome = asyncio.run(scenario(server.base_url))
     finally:
         workers.stop_all()
@@ -274,7 +293,7 @@ def test_a_stopped_worker_leaves_its_run_to_another(
 CANCEL_TURNS: list[list[CallSpec]] = [
     [
         ("workspace_write_file", {"file_path": "output/main.md", "content": "Rowan wades in."}),
-        ("workspace_shell", {"command": "sleep 30; echo done"}),
+        ("workspace_shell", {"command": f"{LONG_SHELL}; echo done"}),
         ("dice_roll", {"formula": "1d20"}),
     ]
 ]
@@ -302,7 +321,7 @@ def test_runs_cancel_pairs_the_open_calls_on_either_engine(
         )
         (run_dir,) = await shell_running_once(data, tmp_path / "remote.jsonl")
         said = await cli_text(data, "runs", "cancel", run_dir.name, "--temporal", temporal_server)
-        outcome = await asyncio.wait_for(running, 60)
+        outcome = await running
         await replay(temporal_server, run_dir.name)  # the cancellation path is deterministic
         return run_dir, outcome, said
 
