@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from temporalio import activity
 
@@ -247,6 +247,7 @@ class RunActivities:
         self.assembly = assembly
         self.heartbeat_every = heartbeat_every
         self.engines = EngineCache(limit=256 if cache else 0)
+        self._steps: set[asyncio.Task[Any]] = set()  # the steps under way
         # The model of a run: the one its record names (tests give a scripted one).
         self.gateways = gateways or (lambda run: gateway_for(run.record.get("model")))
 
@@ -314,11 +315,16 @@ class RunActivities:
         self, run_dir: str, step: Callable[[Engine], Awaitable[tuple[T, bool]]]
     ) -> T:
         """Run ``step`` (answer, whether the run goes on) on the run's engine, under its lock."""
+        this = asyncio.current_task()
+        if this is not None:
+            self._steps.add(this)
         beating = asyncio.create_task(self._heartbeat())
         try:
             async with RunLock(Path(run_dir)) as lock:
                 return await self._step_held(run_dir, lock, step)
         finally:
+            if this is not None:
+                self._steps.discard(this)
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beating
@@ -348,6 +354,12 @@ class RunActivities:
                 await self.engines.put(run_dir, held)
             else:
                 await held.close()
+
+    def cancel_steps(self) -> None:
+        """Cancel the steps under way (the worker stops): each stops as a lost
+        worker's would, and the server retries it on another worker."""
+        for step in list(self._steps):
+            step.cancel()
 
     async def close(self) -> None:
         """Close the engines held between steps (the worker stops)."""

@@ -97,7 +97,18 @@ async def serve(
             max_concurrent_activities=concurrency,
             sticky_queue_schedule_to_start_timeout=STICKY_WAIT,
         )
+        running = asyncio.ensure_future(worker.run())
         try:
-            await worker.run()
+            await asyncio.shield(running)
+        except asyncio.CancelledError:
+            # Stopped: the SDK stops taking steps and is meant to cancel those under
+            # way, but its cancel can lose a race with its own poll shutdown (seen on
+            # busy machines); it then waits for each step to end by itself. So the
+            # worker cancels its steps too.
+            running.cancel()
+            activities.cancel_steps()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+            raise
         finally:
             await activities.close()
