@@ -164,6 +164,7 @@ def temporal_options(f: Any) -> Any:
 )
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True)
 @compat_option
+@click.option("--context-window", type=click.IntRange(256), help="The model's window, tokens.")
 @click.option("--seed", type=int, default=None, help="Seed for dice and activation.")
 @mcp_ask_option
 @click.option(
@@ -229,6 +230,7 @@ class RunFlags:
     protocol: str
     api_key_env: str
     compat: str | None
+    context_window: int | None
     seed: int | None
     mcp_ask: str
     engine_name: str
@@ -250,9 +252,9 @@ class RunFlags:
         self, record: dict[str, Any] | None = None
     ) -> tuple[ModelGateway, dict[str, Any]]:
         """The model these flags name (``record``: a resumed run's, where no flag is given)."""
+        flags = (self.model, self.replay, self.base_url, self.protocol, self.api_key_env)
         with usage_error(ModelChoiceError):
-            flags = (self.model, self.replay, self.base_url, self.protocol, self.api_key_env)
-            return model_gateway(*flags, record, self.compat)
+            return model_gateway(*flags, record, self.compat, self.context_window)
 
 
 @dataclass(frozen=True)

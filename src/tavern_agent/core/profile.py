@@ -105,6 +105,9 @@ class Limits(_Model):
     max_calls_per_invocation: int = Field(DEFAULT_MAX_CALLS, ge=1, le=100_000)
     max_calls_per_tool: dict[str, int] = Field(default_factory=dict)
     external_result_inline_char_limit: int = Field(DEFAULT_INLINE_CHAR_LIMIT, ge=1_000)
+    # The model's context window in tokens, when the server does not say (or says wrong);
+    # the --context-window flag wins over it.
+    context_window: int | None = Field(None, ge=256, le=100_000_000)
     shell: ShellLimits = ShellLimits()
 
     @field_validator("max_calls_per_tool")

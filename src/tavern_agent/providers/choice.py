@@ -31,13 +31,14 @@ def model_gateway(
     api_key_env: str,
     record: dict[str, Any] | None = None,
     compat: str | None = None,
+    context_window: int | None = None,
 ) -> tuple[ModelGateway, dict[str, Any]]:
     """The model a run talks to, from the CLI's flags (``run``, ``serve``), and its record.
 
     ``record`` is a resumed run's stored model record, used where no flag is
     given. ``compat`` is ``--compat`` (which kind of ``openai_chat`` server
     the base URL is; ``None``: the record's, else decided by the URL). The
-    second value is what ``run.json`` keeps (never a key).
+    second value is what ``run.json`` keeps (never a key; ``--context-window`` too).
     Raises :class:`ModelChoiceError`.
     """
     if replay is None and model is None and record:
@@ -47,6 +48,7 @@ def model_gateway(
             model, base_url = record["model"], base_url or record["baseUrl"]
             protocol, api_key_env = record["protocol"], record.get("apiKeyEnv") or api_key_env
             compat = compat or record.get("compat")
+            context_window = context_window or record.get("contextWindow")
             if f"{MASK}@" in base_url:
                 raise ModelChoiceError(
                     "the run's base URL held credentials, which are never stored: "
@@ -66,6 +68,7 @@ def model_gateway(
         base_url or os.environ.get(BASE_URL_ENV, DEFAULT_BASE_URL),
         api_key_env=api_key_env,
         compat=compat or "auto",
+        context_window=context_window,
     )
     return HttpGateway(config), {"kind": "http", **config.to_json()}
 

@@ -49,6 +49,13 @@ from tavern_agent.providers.transcript import (
     DecodedResponse,
     Transcript,
 )
+from tavern_agent.providers.window import (
+    DEFAULT_WINDOW,
+    WindowFacts,
+    is_overflow,
+    server_window,
+    table_window,
+)
 from tavern_agent.tools.snapshot import ToolSnapshot
 
 
@@ -68,6 +75,7 @@ class ModelRequest:
     transcript: Transcript
     snapshot: ToolSnapshot
     child: int | None = None
+    max_tokens: int | None = None  # the answer's room when the window leaves less than usual
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +90,10 @@ class ModelReply:
 class ModelError(Exception):
     """The model could not answer; ends the run (``model.request_failed``)."""
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None, overflow: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self.overflow = overflow  # the provider said the request was over the model's window
 
 
 class ModelGateway(Protocol):
@@ -137,7 +146,13 @@ class ReplayGateway:
         self.run_dir = run_dir
         if not (run_dir / run_layout.RESPONSES_DIR).is_dir():
             raise ValueError(f"{run_dir} holds no {run_layout.RESPONSES_DIR}/ to replay")
-        self.children = _recorded_children(run_dir / run_layout.JOURNAL_FILE)
+        journal = run_dir / run_layout.JOURNAL_FILE
+        self.children = _recorded_children(journal)
+        self.window = _recorded_window(journal)
+
+    async def window_facts(self) -> WindowFacts | None:
+        """The recorded run's window, so the replay sends the requests it sent."""
+        return self.window
 
     async def respond(self, request: ModelRequest) -> ModelReply:
         """The recorded response for the request's round (or a delegated
@@ -162,6 +177,23 @@ class ReplayGateway:
     async def aclose(self) -> None:
         """Nothing to free: a recording holds no connection."""
         return None
+
+
+def _recorded_window(journal: Path) -> WindowFacts | None:
+    """The window the recorded run kept its requests within, if it journaled one."""
+    try:
+        lines = journal.read_bytes().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in lines:
+        if b'"context_window"' not in line:
+            continue
+        try:
+            payload = json.loads(line)["payload"]
+            return WindowFacts(int(payload["tokens"]), "recording", int(payload["maxTokens"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None
 
 
 def _recorded_children(journal: Path) -> list[str]:
@@ -206,6 +238,7 @@ class ModelConfig:
     max_tokens: int = 4096
     headers: Mapping[str, str] = field(default_factory=dict)
     compat: str = "auto"
+    context_window: int | None = None  # the --context-window flag: the model's window
 
     def api_key(self) -> str | None:
         """The API key from the ``api_key_env`` environment variable, if set."""
@@ -226,6 +259,8 @@ class ModelConfig:
         }
         if self.compat != "auto":
             record["compat"] = self.compat
+        if self.context_window is not None:
+            record["contextWindow"] = self.context_window
         return record
 
     def codec(self) -> Codec:
@@ -335,6 +370,30 @@ class HttpGateway:
         timeout = httpx.Timeout(config.timeout, connect=config.connect_timeout)
         self.client = client or httpx.AsyncClient(timeout=timeout)
         self.requests = RequestEncoder(self.codec, _endpoint(config)[2])
+        self._window: WindowFacts | None = None
+
+    async def window_facts(self) -> WindowFacts:
+        """The model's window: the flag, what the server says, the table, or the default.
+
+        The server is asked once per gateway.
+        """
+        if self._window is None:
+            config = self.config
+            tokens, source = config.context_window, "flag"
+            if tokens is None and config.protocol in (
+                ModelProtocol.OPENAI_CHAT,
+                ModelProtocol.OPENAI_RESPONSES,
+            ):
+                tokens, source = (
+                    await server_window(self.client, config.base_url, config.model),
+                    "server",
+                )
+            if tokens is None:
+                tokens, source = table_window(config.protocol, config.model), "table"
+            if tokens is None:
+                tokens, source = DEFAULT_WINDOW, "default"
+            self._window = WindowFacts(tokens, source, config.max_tokens)
+        return self._window
 
     async def respond(self, request: ModelRequest) -> ModelReply:
         """The model's reply, or :class:`ModelError`; neither carries the key or URL user-info.
@@ -346,7 +405,9 @@ class HttpGateway:
         try:
             reply = await self._respond(request)
         except ModelError as exc:
-            raise ModelError(redactor.text(str(exc)), status=exc.status) from None
+            raise ModelError(
+                redactor.text(str(exc)), status=exc.status, overflow=exc.overflow
+            ) from None
         return _redacted_reply(reply, redactor)
 
     async def _respond(self, request: ModelRequest) -> ModelReply:
@@ -357,7 +418,7 @@ class HttpGateway:
             config.model,
             request.transcript,
             request.snapshot,
-            max_tokens=config.max_tokens,
+            max_tokens=request.max_tokens or config.max_tokens,
         )
         attempt = 0
         while True:
@@ -377,6 +438,7 @@ class HttpGateway:
                         raise ModelError(
                             f"{url} answered {response.status_code}: {text}",
                             status=response.status_code,
+                            overflow=is_overflow(response.status_code, text),
                         )
                     else:
                         return await self._read(response, attempt)
@@ -404,7 +466,10 @@ class HttpGateway:
                 events.append(event)
                 problem = stream_error(event)
                 if problem is not None:
-                    raise ModelError(f"the model reported an error in its stream: {problem}")
+                    raise ModelError(
+                        f"the model reported an error in its stream: {problem}",
+                        overflow=is_overflow(None, problem),
+                    )
                 decoder.feed(event)
                 ended = ended or ends_stream(protocol, event)
         except (httpx.HTTPError, ValueError) as exc:

@@ -129,7 +129,8 @@ class CallRunner(RunPart):
         if message.finish.truncated:
             for rc in calls:
                 if rc.call_id not in inv.resulted:
-                    self.store(inv, rc, truncated_result(rc), number, 0.0)
+                    full = self.state.context.full_result(inv.id, rc)
+                    self.store(inv, rc, full or truncated_result(rc), number, 0.0)
             return self._turn_end(inv, number, NextRound())
         last_index = len(calls) - 1
         # Calls of this turn that failed, by name (results stored before an interruption too).

@@ -146,6 +146,7 @@ class ModelRequest(JournalEvent, frozen=True, kw_only=True):
     invocation_id: the invocation asking
     snapshot_id: the tools offered
     items: the transcript's items sent
+    prompt_tokens: the request's estimated tokens (the provider's count is the response's usage)
     """
 
     kind = "model_request"
@@ -153,6 +154,7 @@ class ModelRequest(JournalEvent, frozen=True, kw_only=True):
     invocation_id: str
     snapshot_id: str
     items: int
+    prompt_tokens: int | None = None
 
 
 class ModelResponseStored(JournalEvent, frozen=True, kw_only=True):

@@ -36,7 +36,10 @@ from typing import Any, cast
 
 import msgspec
 
+from tavern_agent.runtime import context_events as _context_events
 from tavern_agent.runtime.events import Event, JournalEvent, Level, Opaque
+
+_ = _context_events  # the window's kinds are journal kinds too
 
 Line = dict[str, Any]  # a line as its JSON object
 

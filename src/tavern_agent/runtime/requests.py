@@ -17,6 +17,7 @@ from pathlib import Path
 from tavern_agent import run_layout
 from tavern_agent.fsutil import AlreadyWritten, write_once
 from tavern_agent.providers.gateway import (
+    ModelError,
     ModelGateway,
     ModelReply,
     ModelRequest,
@@ -49,6 +50,7 @@ class ModelRequests:
         self.gateway = gateway
         self.journal = journal
         self.state = state
+        journal.listeners.append(state.context.listen)
 
     async def request(self, inv: Invocation) -> None:
         """Add the model's next turn to ``inv`` (asked, or read back if it was stored)."""
@@ -82,18 +84,23 @@ class ModelRequests:
         inv.add_turn(message)
 
     async def _ask(self, inv: Invocation, number: int, child: int | None, path: Path) -> ModelReply:
-        """Ask the gateway, and store the reply and its raw form for the audit."""
-        self.journal.write(
-            ev.ModelRequest(
-                round=number,
-                invocation_id=inv.id,
-                snapshot_id=inv.snapshot.id,
-                items=len(inv.transcript.items),
-            )
-        )
-        request = ModelRequest(self.run.id, inv.id, number, inv.transcript, inv.snapshot, child)
+        """Ask the gateway, and store the reply and its raw form for the audit.
+
+        With a known window the request is kept within it (:mod:`~.context`); a
+        provider that refuses it as too long gets one more, compacted more strongly.
+        """
+        context = self.state.context
+        window = await context.resolve(self.gateway, inv.profile or self.run.profile, self.journal)
         started = time.monotonic()
-        reply = await self.gateway.respond(request)
+        for retry in (False, True):
+            request = self._request(inv, number, child)
+            try:
+                reply = await self.gateway.respond(request)
+                break
+            except ModelError as exc:
+                if retry or window is None or not exc.overflow:
+                    raise
+                context.force(inv.id, "overflow")
         reply = ModelReply(reply.response, reply.raw, reply.attempts)
         record = reply_to_json(request, reply) | {
             "elapsedMs": round((time.monotonic() - started) * 1000, 1)
@@ -101,3 +108,23 @@ class ModelRequests:
         with contextlib.suppress(AlreadyWritten):
             write_audit(path, json.dumps(record, ensure_ascii=False).encode("utf-8"))
         return reply
+
+    def _request(self, inv: Invocation, number: int, child: int | None) -> ModelRequest:
+        """The request for ``inv``'s next turn (within the window, if one is known), journaled."""
+        context = self.state.context
+        transcript, tokens, max_tokens = inv.transcript, None, None
+        if context.window is not None:
+            transcript, tokens = context.request_view(inv, number, self.run.workspace, self.journal)
+            max_tokens = context.window.max_tokens
+        self.journal.write(
+            ev.ModelRequest(
+                round=number,
+                invocation_id=inv.id,
+                snapshot_id=inv.snapshot.id,
+                items=len(transcript.items),
+                prompt_tokens=tokens,
+            )
+        )
+        return ModelRequest(
+            self.run.id, inv.id, number, transcript, inv.snapshot, child, max_tokens
+        )

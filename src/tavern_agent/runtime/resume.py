@@ -143,6 +143,7 @@ class Resumer(RunPart):
         inv_id: str | None = getattr(event, "invocation_id", None)
         if inv_id is not None and inv_id not in by_id:
             return
+        self.state.context.fold(event)
         self._fold_invocation(event, by_id)
         self._fold_run(event, by_id)
 

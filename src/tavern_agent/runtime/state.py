@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tavern_agent.runtime import events as ev
+from tavern_agent.runtime.context import ContextKeeper
 from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.turns import Next
 
@@ -32,6 +33,7 @@ class RunState:
     resume_at: Next | None = None
     pending_commit: ev.CommitRequested | None = None  # journaled, not confirmed
     confirmed_calls: dict[str, str] = field(default_factory=dict)  # commit call id → path
+    context: ContextKeeper = field(default_factory=ContextKeeper)  # the window and compactions
 
     # ------------------------------------------------------------ the main line
 

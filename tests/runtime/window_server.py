@@ -1,0 +1,121 @@
+"""An OpenAI-compatible server on 127.0.0.1 whose model has a context window, as a real one does.
+
+Each request's prompt is counted with o200k_base (the messages' texts and
+calls, four tokens of framing per message, the tool definitions as JSON). Over
+``window`` the server answers 400 with OpenAI's own ``context_length_exceeded``
+error, as the API does; otherwise it streams the next turn of its script and
+reports the count as ``usage.prompt_tokens``. The turn it plays follows from
+the last assistant call id in the history (``call_<turn>_<i>``), so a request
+whose older rounds were left out still gets the next turn. ``refuse_at`` makes
+the first request for that turn refused as too long whatever its size (a
+server whose window is smaller than the run thinks). Every request body and
+count is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+import bpe_openai
+
+from tests.runtime.loopback import LoopbackServer
+from tests.runtime.openai_server import CallSpec, stream
+
+ENCODING = bpe_openai.get_encoding("o200k_base")
+_TURN = re.compile(r"call_(\d+)_\d+")
+
+
+def count_tokens(body: dict[str, Any]) -> int:
+    """The request's prompt tokens, counted as the server's model would."""
+    total = 0
+    for message in body["messages"]:
+        total += 4 + len(ENCODING.encode(message.get("content") or ""))
+        for tc in message.get("tool_calls") or ():
+            fn = tc["function"]
+            total += 8 + len(ENCODING.encode(fn["name"] + fn["arguments"]))
+    if body.get("tools"):
+        total += len(ENCODING.encode(json.dumps(body["tools"])))
+    return total
+
+
+def turn_of(body: dict[str, Any]) -> int:
+    """The turn to play: one after the newest call in the history."""
+    for message in reversed(body["messages"]):
+        for tc in message.get("tool_calls") or ():
+            found = _TURN.fullmatch(tc["id"])
+            if found:
+                return int(found.group(1)) + 1
+    return 0
+
+
+class WindowServer(LoopbackServer):
+    def __init__(
+        self,
+        window: int,
+        script: Callable[[int], Sequence[CallSpec]],
+        *,
+        refuse_at: int | None = None,
+    ) -> None:
+        self.window = window
+        self.script = script
+        self.refuse_at = refuse_at
+        self.bodies: list[dict[str, Any]] = []
+        self.counts: list[int] = []
+        self.refused: list[int] = []  # the counts of the requests refused
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+            def do_GET(self) -> None:  # no /props, no /models: the run's flag says the window
+                self.send_error(404)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                body = json.loads(self.rfile.read(length))
+                tokens = count_tokens(body)
+                turn = turn_of(body)
+                server.bodies.append(body)
+                server.counts.append(tokens)
+                refuse = turn == server.refuse_at
+                if refuse:
+                    server.refuse_at = None
+                if tokens > server.window or refuse:
+                    server.refused.append(tokens)
+                    error = {
+                        "message": f"This model's maximum context length is {server.window} "
+                        f"tokens. However, your messages resulted in {tokens} tokens.",
+                        "type": "invalid_request_error",
+                        "param": "messages",
+                        "code": "context_length_exceeded",
+                    }
+                    data = json.dumps({"error": error}).encode()
+                    self.send_response(400)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
+                self.end_headers()
+                chunks = stream(turn, server.script(turn))
+                chunks[-1]["usage"] = {"prompt_tokens": tokens, "completion_tokens": 20}
+                for chunk in chunks:
+                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.close_connection = True
+
+        super().__init__(Handler)
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.origin}/v1"
