@@ -58,6 +58,7 @@ from tavern_agent.runtime import context_events as cev
 from tavern_agent.runtime import events as ev
 from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.journal import Journal, JournalRecord
+from tavern_agent.tools.snapshot import ToolSnapshot
 from tavern_agent.tools.texts import call
 from tavern_agent.workspace.store import Workspace
 
@@ -220,7 +221,7 @@ class ContextKeeper:
         before = self._total(fixed, counts, head, cuts.collapsed, cuts.dropped)
         if before > window.budget or cuts.force is not None:
             floor = self._scaled(fixed + sum(counts.raw[:head]) + sum(counts.raw[last:]))
-            if floor > window.budget and last <= head:
+            if floor > window.budget and head == len(items):  # the first request
                 raise ContextTooSmall(self._too_small(inv, floor, window))
             strong = cuts.force is not None
             target = int(window.budget * (STRONG_WATER if strong else LOW_WATER))
@@ -281,10 +282,7 @@ class ContextKeeper:
         """The system text and the tool definitions (counted once per snapshot)."""
         key = (id(inv.snapshot), inv.transcript.system)
         if key not in self._fixed:
-            codec = codec_for(inv.snapshot.protocol)
-            tools = json.dumps(codec.encode_tools(inv.snapshot), ensure_ascii=False)
-            system = inv.transcript.system or ""
-            self._fixed[key] = estimate_tokens(tools) + estimate_tokens(system) + MESSAGE_TOKENS
+            self._fixed[key] = fixed_tokens(inv.snapshot, inv.transcript.system)
         return self._fixed[key]
 
     def _scaled(self, raw: int) -> int:
@@ -373,6 +371,18 @@ class ContextKeeper:
 
 
 NOTE_TOKENS = 40
+
+
+def fixed_tokens(snapshot: ToolSnapshot, system: str | None) -> int:
+    """The estimated tokens of a request's tool definitions and system text."""
+    codec = codec_for(snapshot.protocol)
+    tools = json.dumps(codec.encode_tools(snapshot), ensure_ascii=False)
+    return estimate_tokens(tools) + estimate_tokens(system or "") + MESSAGE_TOKENS
+
+
+def request_tokens(transcript: Transcript, snapshot: ToolSnapshot) -> int:
+    """The estimated prompt tokens of a request (uncalibrated): what the keeper counts."""
+    return fixed_tokens(snapshot, transcript.system) + sum(map(_item_tokens, transcript.items))
 
 
 def _head_end(items: Sequence[TranscriptItem]) -> int:
