@@ -251,7 +251,7 @@ class ModelConfig:
     def to_json(self) -> dict[str, Any]:
         """The record of how the model was reached: no key, no URL user-info
         (``compat`` only when it was set: ``auto`` decides from the URL again)."""
-        record = {
+        record: dict[str, Any] = {
             "protocol": self.protocol.value,
             "model": self.model,
             "baseUrl": url_without_userinfo(self.base_url),
