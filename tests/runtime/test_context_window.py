@@ -48,7 +48,7 @@ def lean_profile(**limits: Any) -> Profile:
 
 def script_for(window: int) -> Any:
     """Write a file sized to the window, read it back every round, then publish and finish."""
-    lines = max(window // 60, 12)
+    lines = max(window // 300, 12)
     text = "the river runs cold under the old stone bridge"
     big = "\n".join(f"line {i:04d}: {text}" for i in range(lines))
 
@@ -56,7 +56,8 @@ def script_for(window: int) -> Any:
         if turn == 0:
             return [("workspace_write_file", {"file_path": "scratch/big.txt", "content": big})]
         if turn < ROUNDS:
-            return [("workspace_read_file", {"file_path": "scratch/big.txt", "offset": turn % 3})]
+            read = {"file_path": "scratch/big.txt", "offset": 1 + turn % 3}
+            return [("workspace_read_file", read)]
         if turn == ROUNDS:
             return [("workspace_write_file", {"file_path": "output/main.md", "content": "Done."})]
         if turn == ROUNDS + 1:

@@ -272,9 +272,9 @@ class ContextKeeper:
             counts = self._counts[inv.id] = _Counts()
             known = 0
         for item in items[known:]:
-            counts.raw.append(_item_tokens(item))
+            counts.raw.append(_item_tokens(item, inv.id))
             stub = _stub_of(item, inv, 999, _spill_path(inv, item, 999)) if _big(item) else None
-            counts.stub.append(-1 if stub is None else _item_tokens(stub))
+            counts.stub.append(-1 if stub is None else _item_tokens(stub, inv.id))
         counts.items = items
         return counts
 
@@ -401,17 +401,23 @@ def _last_turn(items: Sequence[TranscriptItem]) -> int:
     return len(items)
 
 
-def _item_tokens(item: TranscriptItem) -> int:
+def _item_tokens(item: TranscriptItem, inv_id: str = "") -> int:
+    """The item's estimate. The invocation's id (random) is counted as a fixed word, so a
+    replay, whose ids differ, decides as the recorded run did."""
     if isinstance(item, UserMessage):
-        return estimate_tokens(item.text) + MESSAGE_TOKENS
+        return estimate_tokens(_without(item.text, inv_id)) + MESSAGE_TOKENS
     if isinstance(item, ToolResultMessage):
-        return estimate_tokens(item.result.content) + MESSAGE_TOKENS + 8
+        return estimate_tokens(_without(item.result.content, inv_id)) + MESSAGE_TOKENS + 8
     total = estimate_tokens(item.text) + MESSAGE_TOKENS
     for rc in item.calls:
         raw = rc.call.raw_arguments
         args = raw if isinstance(raw, str) else json.dumps(raw, default=str, ensure_ascii=False)
         total += estimate_tokens(args) + estimate_tokens(rc.name) + 12
     return total
+
+
+def _without(text: str, inv_id: str) -> str:
+    return text.replace(inv_id, "inv_id") if inv_id and inv_id in text else text
 
 
 def _big(item: TranscriptItem) -> bool:
