@@ -67,6 +67,7 @@ STUB_MIN_CHARS = 600  # shorter results and texts are kept as they are
 LOW_WATER = 0.6  # a compaction leaves the request at this share of the budget …
 STRONG_WATER = 0.4  # … or at this one after an overflow or a full window
 MIN_RATIO, MAX_RATIO = 0.5, 4.0
+ARGS_WEIGHT = 1.06
 
 
 def margin_of(window: int) -> int:
@@ -412,7 +413,8 @@ def _item_tokens(item: TranscriptItem, inv_id: str = "") -> int:
     for rc in item.calls:
         raw = rc.call.raw_arguments
         args = raw if isinstance(raw, str) else json.dumps(raw, default=str, ensure_ascii=False)
-        total += estimate_tokens(args) + estimate_tokens(rc.name) + 12
+        # JSON text (escapes, quotes) costs a little more per piece than prose
+        total += int(estimate_tokens(args) * ARGS_WEIGHT) + estimate_tokens(rc.name) + 12
     return total
 
 
