@@ -2,13 +2,16 @@
 
 * a 100,000-floor SillyTavern chat (about 100 MB of JSONL; one floor in ten is
   Chinese or Japanese) is written to a temporary folder;
+* **baseline**: reading the chat file and JSON-decoding each of its lines once;
 * **cold search**: the first ``chat_search`` call of a run, made right after
   the run started (the run start reads the chat once and starts the index build
   on a worker thread; it writes no floor files): in the first run ever on the
-  chat and in a run whose saved index was deleted (both wait for most of the
-  build), in a later run (saved index), and in a run after 1,000 floors were
-  appended (saved index updated). Load and index build are also shown alone,
-  and each run start's time;
+  chat and in a run whose saved index was deleted (both answered by a scan of
+  the chat in memory while the index is built: the scan path), the same query
+  once the index is ready (the index path), in a later run (waits for the
+  saved index to load), and in a run after 1,000 floors were appended (waits
+  for the saved index to be updated). Load and index build are also shown
+  alone, and each run start's time;
 * **time to the first model request** of the first run ever on the chat, with
   a scripted model, side by side: as the run start did before (it also wrote
   the floor mount, two files per floor) and as it does now (``chat/floors/``
@@ -21,7 +24,8 @@
   median of 20 runs.
 
 Calls go through the real gate (argument parsing, schema check, dispatch).
-Goals from the issue: warm search < 50 ms, cold < 3 s, activation < 100 ms.
+Goals from the issues: warm search < 50 ms, cold ≤ 3× the baseline (and < 3 s),
+activation < 100 ms; the first model request never waits for the index.
 Run: ``python benchmarks/chat.py [--floors N] [--quick]``.
 """
 
@@ -41,13 +45,15 @@ from typing import Any
 from tavern_agent.assembly import Assembly, ChatSource
 from tavern_agent.chat import mount
 from tavern_agent.chat.activation import ScanMessage, activate
-from tavern_agent.chat.formats import ChatFile, new_message
+from tavern_agent.chat.formats import ChatFile, collection_paused, new_message
 from tavern_agent.chat.index_store import load_or_build
 from tavern_agent.chat.mount import sync_floors
 from tavern_agent.chat.repository import FileChatRepository
+from tavern_agent.chat.run_input import ChatRun
 from tavern_agent.chat.world_books import parse_world
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.descriptors import Scene
+from tavern_agent.core.json_input import loads
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.providers.gateway import ModelRequest
 from tavern_agent.runtime.loop import Engine
@@ -126,6 +132,20 @@ def lorebook(rng: random.Random, entries: int) -> dict[str, Any]:
     return {"entries": out}
 
 
+def read_and_decode(path: Path) -> float:
+    """Seconds to read the chat file and JSON-decode each of its lines once: the baseline.
+
+    With the decoder and the paused collector of the chat's own load, so the
+    baseline is the fastest way this package has to decode the file.
+    """
+    start = time.perf_counter()
+    with collection_paused():
+        decoded = [loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    took = time.perf_counter() - start
+    assert decoded
+    return took
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:,.1f} ms"
 
@@ -134,8 +154,11 @@ def entries_below(folder: Path) -> int:
     return sum(len(dirs) + len(files) for _, dirs, files in os.walk(folder))
 
 
-async def first_request(path: Path, data_dir: Path, *, mount_floors: bool) -> tuple[float, int]:
-    """Seconds from ``Run.start`` to the model's first request, and files then in the data root.
+async def first_request(
+    path: Path, data_dir: Path, *, mount_floors: bool
+) -> tuple[float, int, bool]:
+    """Seconds from ``Run.start`` to the model's first request, files then in the data root,
+    and whether the search index was still being built then.
 
     ``mount_floors`` also writes the floor mount before the first request, as
     the run start did before ``chat/floors/`` was served from memory (each file
@@ -143,10 +166,11 @@ async def first_request(path: Path, data_dir: Path, *, mount_floors: bool) -> tu
     """
     assembly = Assembly(data_dir)
     profile = assembly.everything(Scene.CHAT)
-    seen: list[tuple[float, int]] = []
+    seen: list[tuple[float, int, bool]] = []
 
     def first(request: ModelRequest) -> Turn:
-        seen.append((time.perf_counter(), entries_below(data_dir)))
+        building = run.chat is not None and not run.chat.index_ready()
+        seen.append((time.perf_counter(), entries_below(data_dir), building))
         return say("done")
 
     start = time.perf_counter()
@@ -164,7 +188,9 @@ async def first_request(path: Path, data_dir: Path, *, mount_floors: bool) -> tu
         await engine.start()
     finally:
         engine.close()
-    return seen[0][0] - start, seen[0][1]
+        if run.chat is not None:
+            run.chat.settle()
+    return seen[0][0] - start, seen[0][1], seen[0][2]
 
 
 async def first_shell_call(path: Path, data_dir: Path) -> float:
@@ -190,16 +216,17 @@ async def first_shell_call(path: Path, data_dir: Path) -> float:
 async def run_start_side_by_side(path: Path, tmp: Path, floors: int, quick: bool) -> None:
     """Time to the first model request; without ``quick`` also the old run start beside it
     and the first shell call (each writes two files per floor: minutes on a slow disk)."""
-    after, after_files = await first_request(path, tmp / "data_after", mount_floors=False)
+    after, after_files, building = await first_request(path, tmp / "data_after", mount_floors=False)
     print(f"time to the first model request, first run ever on the {floors:,}-floor chat:")
     if not quick:
-        before, before_files = await first_request(path, tmp / "data_before", mount_floors=True)
+        before, before_files, _ = await first_request(path, tmp / "data_before", mount_floors=True)
         print(
             f"  before (run start also wrote the floor mount): {ms(before):>12}"
             f"  {before_files:,} files"
         )
     print(
         f"  now (chat/floors/ served from memory):         {ms(after):>12}  {after_files:,} files"
+        f"  (index {'still being built' if building else 'already built'} then)"
     )
     if not quick:
         shell = await first_shell_call(path, tmp / "data_shell")
@@ -228,6 +255,8 @@ async def main(floors: int, only_start: bool, quick: bool) -> None:
         n = 0
         setups: list[float] = []
 
+        runs: list[ChatRun] = []
+
         def new_run() -> ToolRequestGate:
             # As a run starts: load and freeze the chat, start the index build.
             run_id = f"run_{len(setups)}"
@@ -236,8 +265,11 @@ async def main(floors: int, only_start: bool, quick: bool) -> None:
                 ChatSource(path), Path(tmp) / run_id, run_id=run_id, profile_id=profile.id
             )
             setups.append(time.perf_counter() - start)
+            runs.append(chat_run)
             ws = assembly.workspace(root, Scene.CHAT, profile, chat_run)
             return assembly.gate(snap, run_id=run_id, workspace=ws, chat=chat_run)
+
+        floors_found: list[list[int]] = []
 
         async def call(gate: ToolRequestGate, name: str, args: dict[str, Any]) -> float:
             nonlocal n
@@ -246,21 +278,37 @@ async def main(floors: int, only_start: bool, quick: bool) -> None:
             result = await gate.handle(ToolCall(f"c{n}", name, args))
             elapsed = time.perf_counter() - start
             assert not result.result.is_error, result.result.content
+            if name == "chat_search":
+                floors_found.append([h["floor"] for h in result.result.structured["hits"]])
             return elapsed
 
+        query = {"query": "森林 神殿"}
+        english = {"query": " ".join(vocabulary(random.Random(42))[100:103])}
+        baseline = read_and_decode(path)
         # First run ever on this chat: load, start the index build on a worker thread,
-        # then the first search (it waits for the rest of the build).
-        cold = await call(new_run(), "chat_search", {"query": "森林 神殿"})
+        # then the first search: a scan of the chat while the index is built.
+        gate = new_run()
+        scanned = not runs[-1].index_ready()
+        cold = await call(gate, "chat_search", query)
+        scan_english = await call(gate, "chat_search", english)
+        scanned_english = not runs[-1].index_ready()
+        runs[-1].settle()  # the index is ready: the index path
+        indexed = await call(gate, "chat_search", query)
+        index_english = await call(gate, "chat_search", english)
+        # Floors both paths returned (of 20 at most) for each query.
+        same = [len(set(floors_found[i]) & set(floors_found[i + 2])) for i in (0, 1)]
         t0 = time.perf_counter()
         load_or_build(chat, None)
         rebuilt = time.perf_counter() - t0
-        # The saved index is gone: the search waits for the build again.
+        # The saved index is gone: the search scans again.
         for saved in (Path(tmp) / "data").glob("chats/*/mount/search-index.bin"):
             saved.unlink()
-        cold_unsaved = await call(new_run(), "chat_search", {"query": "森林 神殿"})
+        cold_unsaved = await call(new_run(), "chat_search", query)
+        runs[-1].settle()
         # A later run on the same chat: load, then the saved index.
         gate = new_run()
-        cold_saved = await call(gate, "chat_search", {"query": "森林 神殿"})
+        cold_saved = await call(gate, "chat_search", query)
+        runs[-1].settle()  # the warm searches below are the index's
         queries = [" ".join(rng.sample(vocabulary(random.Random(42)), 2)) for _ in range(20)]
         queries += ["龙的宝藏", "古老的城堡", "酒馆の夜", "月光", "魔法"] * 2
         warm = [await call(gate, "chat_search", {"query": q}) for q in queries]
@@ -277,16 +325,31 @@ async def main(floors: int, only_start: bool, quick: bool) -> None:
         ]
         path.write_bytes(grown.encode())
         cold_grown = await call(new_run(), "chat_search", {"query": "森林 神殿"})
+        print(f"baseline: read and JSON-decode the {size / 1e6:,.0f} MB file once: {ms(baseline)}")
         print(f"load (parse {size / 1e6:,.0f} MB JSONL):          {ms(load)}")
         print(f"index build alone (the wait if nothing ran beside it): {ms(rebuilt)}")
-        print("first chat_search of a run, right after the run started (goal < 3,000 ms):")
+        print(
+            "first chat_search of a run, right after the run started "
+            f"(goal <= 3x the baseline = {ms(3 * baseline)}):"
+        )
+        how = "scan, index not ready" if scanned else "index was already ready"
         for label, took in [
-            ("first run ever on the chat (waits for the build)", cold),
-            ("saved index deleted (waits for the build)", cold_unsaved),
-            ("later run, saved index", cold_saved),
-            ("saved index, 1,000 floors appended", cold_grown),
+            (f"first run ever on the chat ({how})", cold),
+            ("saved index deleted (scan while the index is built)", cold_unsaved),
+            ("later run (waits for the saved index)", cold_saved),
+            ("saved index updated for 1,000 appended floors", cold_grown),
         ]:
-            print(f"  {label + ':':<62}{ms(took):>12}  {'met' if took < 3 else 'NOT met'}")
+            verdict = "met" if took <= 3 * baseline else "NOT met"
+            print(f"  {label + ':':<62}{ms(took):>12}  {took / baseline:.2f}x baseline  {verdict}")
+        print(
+            "the two paths in the first run, same queries: scan (index not ready) / index (ready)"
+        )
+        print(
+            f"  {query['query']}: {ms(cold)} / {ms(indexed)}, floors in common: {same[0]}"
+            f" of {len(floors_found[2])};  {english['query']}: {ms(scan_english)}"
+            f"{'' if scanned_english else ' (index ready by then)'} / {ms(index_english)},"
+            f" floors in common: {same[1]} of {len(floors_found[3])}"
+        )
         print(
             "run start (load, freeze, index build started), runs 1-4: "
             + ", ".join(ms(s) for s in setups)

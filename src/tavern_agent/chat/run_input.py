@@ -29,7 +29,7 @@ from tavern_agent.chat.activation import (
 )
 from tavern_agent.chat.cards import CharacterCard
 from tavern_agent.chat.formats import ChatFile, ChatFormatError
-from tavern_agent.chat.index_store import Prepared, load_or_build, read_chat
+from tavern_agent.chat.index_store import FILE, Prepared, load_or_build, read_chat
 from tavern_agent.chat.macros import MacroValues
 from tavern_agent.chat.mount import floor_files, sync_floors
 from tavern_agent.chat.progress import BuildProgress, in_background, wait
@@ -40,7 +40,7 @@ from tavern_agent.chat.repository import (
     FileChatRepository,
     prefix_digest,
 )
-from tavern_agent.chat.search import ChatIndex
+from tavern_agent.chat.search import ChatIndex, ChatScan, Searcher
 from tavern_agent.chat.world_books import WorldBook
 from tavern_agent.fsutil import atomic_write
 
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from tavern_agent.workspace.store import Workspace
 
 SCHEMA_VERSION = 1
+SCAN_FROM = 2_000  # floors; a smaller chat's index is built in a fraction of a second
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +235,8 @@ class ChatRun:
 
     The index is built on a worker thread: :meth:`index_in_background` starts
     that when the run starts, and :meth:`index` waits for it (through
-    :func:`tavern_agent.chat.progress.wait`, which shows a bar in the CLI).
+    :func:`tavern_agent.chat.progress.wait`, which shows a bar in the CLI);
+    :meth:`searcher` does not wait: until the index is ready it scans the chat.
     Calls on tool threads may overlap, so the caches change under a lock.
     """
 
@@ -246,6 +248,7 @@ class ChatRun:
     index_dir: Path | None = None
     _cache: tuple[Any, ChatFile, Prepared | None] | None = field(default=None, repr=False)
     _job: tuple[Any, Future[ChatIndex], BuildProgress] | None = field(default=None, repr=False)
+    _scan: tuple[Any, ChatScan] | None = field(default=None, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _on_disk: tuple[Any, Path | None] | None = field(default=None, repr=False)
     _disk_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -299,6 +302,38 @@ class ChatRun:
         """The search index of the chat now, waiting for a build under way."""
         future, progress = self._index_job()
         return wait(future, progress)
+
+    def index_ready(self) -> bool:
+        """Whether the index of the chat now is built (a search would not scan)."""
+        stamp = self._stamp()
+        with self._lock:
+            job = self._job
+        return job is not None and job[0] == stamp and job[1].done()
+
+    def searcher(self) -> Searcher:
+        """The search index if it is ready, else a scan of the chat in memory (no wait).
+
+        Waited for instead, being quicker than a scan: a saved index (loaded, and
+        updated for the floors that changed) and the index of a chat of fewer
+        than :data:`SCAN_FROM` floors.
+        """
+        future, progress = self._index_job()
+        if future.done():
+            with self._lock:
+                self._scan = None  # the index answers from now on
+            return wait(future, progress)
+        stamp, chat, _ = self._read()
+        saved = self.index_dir is not None and (self.index_dir / FILE).is_file()
+        if saved or len(chat.messages) < SCAN_FROM:
+            return wait(future, progress)
+        with self._lock:
+            scan = self._scan
+        if scan is None or scan[0] != stamp:
+            # Outside the lock: the build takes it to hand over its result.
+            scan = (stamp, ChatScan(chat.messages))
+            with self._lock:
+                self._scan = scan
+        return scan[1]
 
     def _index_job(self) -> tuple[Future[ChatIndex], BuildProgress]:
         stamp = self._stamp()
@@ -391,7 +426,7 @@ class ChatRun:
         )
         receipt = self.repository.apply_commit(commit)
         with self._lock:
-            self._cache = self._job = None
+            self._cache = self._job = self._scan = None
         return receipt
 
     def apply_effect(self, effect: CommitRequested, workspace: Workspace) -> CommitReceipt:

@@ -11,7 +11,8 @@ and answers a query in time proportional to the matching postings. Building
 it keeps per-token work in C (``str.translate`` / ``re.findall`` to tokenise,
 ``map`` over ``list.append`` to collect, ``Counter`` per term for the term
 frequencies); :mod:`tavern_agent.chat.index_store` saves it beside the chat
-mount so later runs load it instead.
+mount so later runs load it instead. Until a run's index is ready,
+:class:`ChatScan` answers the same queries by scanning the floors' text with RE2.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ import re
 import string
 from array import array
 from collections import Counter, defaultdict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Protocol
+
+import re2
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\uff66-\uff9f"
 _TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
@@ -87,6 +90,39 @@ class Hit:
     floor: int
     score: float
     term: str  # the query term to centre the snippet on
+
+
+class Searcher(Protocol):
+    """What answers a ranked chat search: a :class:`ChatIndex` or a :class:`ChatScan`."""
+
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int,
+        end: int,
+        start: int = 0,
+        role: str | None = None,
+        hidden: bool | None = None,
+    ) -> list[Hit]:
+        """The best ``limit`` floors in ``start…end-1``; newer floors win ties."""
+        ...
+
+
+def _ranked(
+    scores: dict[int, float],
+    best: dict[int, tuple[float, str]],
+    keep: Callable[[int], bool],
+    limit: int,
+) -> list[Hit]:
+    """The ``limit`` best-scored floors that ``keep`` accepts; newer floors win ties."""
+    ranked: list[Hit] = []
+    for floor in sorted(scores, key=lambda f: (-scores[f], -f)):
+        if keep(floor):
+            ranked.append(Hit(floor, scores[floor], best[floor][1]))
+            if len(ranked) >= limit:
+                break
+    return ranked
 
 
 class ChatIndex:
@@ -245,16 +281,110 @@ class ChatIndex:
                     scores[floor] = scores.get(floor, 0.0) + part
                     if part > best.get(floor, (0.0, ""))[0]:
                         best[floor] = (part, term)
-        ranked: list[Hit] = []
-        for floor in sorted(scores, key=lambda f: (-scores[f], -f)):
-            if role is not None and self.roles[floor] != role:
-                continue
-            if hidden is not None and bool(self.hidden[floor]) != hidden:
-                continue
-            ranked.append(Hit(floor, scores[floor], best[floor][1]))
-            if len(ranked) >= limit:
-                break
-        return ranked
+
+        def keep(floor: int) -> bool:
+            return (role is None or self.roles[floor] == role) and (
+                hidden is None or bool(self.hidden[floor]) == hidden
+            )
+
+        return _ranked(scores, best, keep, limit)
+
+
+_SCAN_OPTIONS = re2.Options()
+_SCAN_OPTIONS.log_errors = False
+
+
+class Floor(Protocol):
+    """What a scan needs of a floor (a ``ChatMessage`` has it)."""
+
+    @property
+    def mes(self) -> str:
+        """The floor's text."""
+        ...
+
+    @property
+    def role(self) -> str:
+        """``user``, ``assistant`` or ``system``."""
+        ...
+
+    @property
+    def hidden(self) -> bool:
+        """Whether the floor is hidden from the prompt."""
+        ...
+
+
+class ChatScan:
+    """BM25 without an index: each query term is looked for in every floor's text.
+
+    It answers while a run's index is still being built, for the cost of one
+    pass over the chat's (lower-cased) text per query term. The ranking is the
+    index's with simplifications: a floor's length is its UTF-8 byte count (not
+    its tokens); a word is found between RE2's ASCII word boundaries, so a word
+    joined to others by ``_`` is missed; and in a floor that has the word, its
+    count includes its occurrences inside longer words. CJK terms match
+    wherever they appear, as the index's bigrams do.
+    """
+
+    def __init__(self, floors: Sequence[Floor]) -> None:
+        self._floors = floors
+        self._texts = [f.mes.lower().encode("utf-8", "surrogatepass") for f in floors]
+        total = sum(map(len, self._texts))
+        self._avgdl = (total / len(self._texts)) if self._texts else 0.0
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def _counts(self, term: str) -> dict[int, int]:
+        """Floor → how often ``term`` occurs in it, for the floors that hold it as a word."""
+        needle = term.encode("utf-8", "surrogatepass")
+        body = re2.escape(needle)
+        if not _is_cjk(term):
+            body = (rb"\b" if term[0].isascii() else b"") + body
+            body += rb"\b" if term[-1].isascii() else b""
+        pattern = re2.compile(body, _SCAN_OPTIONS)
+        found: dict[int, int] = {}
+        search = pattern.search
+        for floor, text in enumerate(self._texts):
+            # ``in`` (C, memchr-fast) rules out most floors before RE2 checks the boundaries.
+            if needle in text and search(text) is not None:
+                found[floor] = text.count(needle)
+        return found
+
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int,
+        end: int,
+        start: int = 0,
+        role: str | None = None,
+        hidden: bool | None = None,
+    ) -> list[Hit]:
+        """The best ``limit`` floors in ``start…end-1``; newer floors win ties."""
+        n = len(self._texts)
+        scores: dict[int, float] = {}
+        best: dict[int, tuple[float, str]] = {}
+        avgdl = self._avgdl or 1.0
+        for term in dict.fromkeys(tokenize(query)):
+            counts = self._counts(term)
+            df = len(counts)
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            for floor, tf in counts.items():
+                if floor < start or floor >= end:
+                    continue
+                norm = K1 * (1 - B + B * len(self._texts[floor]) / avgdl)
+                part = idf * tf * (K1 + 1) / (tf + norm)
+                scores[floor] = scores.get(floor, 0.0) + part
+                if part > best.get(floor, (0.0, ""))[0]:
+                    best[floor] = (part, term)
+
+        def keep(floor: int) -> bool:
+            message = self._floors[floor]
+            return (role is None or message.role == role) and (
+                hidden is None or message.hidden == hidden
+            )
+
+        return _ranked(scores, best, keep, limit)
 
 
 def _occurrences(

@@ -189,7 +189,8 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
     chat = load_chat(run)
     role: str | None = args.get("role")
     limit: int = args.get("limit", 20)
-    hits = run.index().search(
+    searcher = run.searcher()  # the index, or a scan of the chat while it is being built
+    hits = searcher.search(
         query,
         # Tool floors are told apart here, not by the index: take every match, then filter.
         limit=count if role in SPLIT_ROLES else limit,
