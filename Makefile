@@ -65,6 +65,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/gate_overhead.py $(QUICK)
 	$(BIN)/python benchmarks/toolset_tokens.py
 	$(BIN)/python benchmarks/first_request.py
+	$(BIN)/python benchmarks/context.py $(QUICK)
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/search.py $(QUICK)
 	$(BIN)/python benchmarks/mcp_overhead.py

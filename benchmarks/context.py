@@ -155,7 +155,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="3 repeats: what make bench runs")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats = 3
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         requests = record(args.rounds, root)
