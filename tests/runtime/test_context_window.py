@@ -193,6 +193,20 @@ def test_an_overflow_mid_run_is_compacted_and_asked_again(tmp_path: Path) -> Non
     assert len(retried) == 2 and retried[1]["promptTokens"] < retried[0]["promptTokens"]
 
 
+def test_an_answer_cut_off_by_a_full_window_is_told_so_and_compacts(tmp_path: Path) -> None:
+    window = 8_192
+    h = Harness(tmp_path)
+    with WindowServer(window, script_for(window), full_at=20) as server:
+        run = h.start(lean_profile())
+        assert drive(Engine(run, http(server, window), fsync=False)) == "completed"
+    [cut] = [r for r in payloads(run.run_dir, "tool_result_stored") if r["round"] == 21]
+    text = cut["result"]["content"]
+    assert "context window (8,192 tokens) filled up" in text and "shorter arguments" not in text
+    assert "send the call again" in text
+    full = [c for c in payloads(run.run_dir, "context_compacted") if c["reason"] == "window_full"]
+    assert [c["round"] for c in full] == [22]
+
+
 def test_tools_over_the_window_fail_before_the_first_request(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     with WindowServer(600, script_for(600)) as server:

@@ -8,8 +8,9 @@ reports the count as ``usage.prompt_tokens``. The turn it plays follows from
 the last assistant call id in the history (``call_<turn>_<i>``), so a request
 whose older rounds were left out still gets the next turn. ``refuse_at`` makes
 the first request for that turn refused as too long whatever its size (a
-server whose window is smaller than the run thinks). Every request body and
-count is kept.
+server whose window is smaller than the run thinks); ``full_at`` cuts that
+turn's answer off where the window is full (``length``, prompt + answer =
+window). Every request body and count is kept.
 """
 
 from __future__ import annotations
@@ -59,10 +60,12 @@ class WindowServer(LoopbackServer):
         script: Callable[[int], Sequence[CallSpec]],
         *,
         refuse_at: int | None = None,
+        full_at: int | None = None,
     ) -> None:
         self.window = window
         self.script = script
         self.refuse_at = refuse_at
+        self.full_at = full_at
         self.bodies: list[dict[str, Any]] = []
         self.counts: list[int] = []
         self.refused: list[int] = []  # the counts of the requests refused
@@ -109,6 +112,10 @@ class WindowServer(LoopbackServer):
                 self.end_headers()
                 chunks = stream(turn, server.script(turn))
                 chunks[-1]["usage"] = {"prompt_tokens": tokens, "completion_tokens": 20}
+                if turn == server.full_at:  # the window fills during the answer
+                    server.full_at = None
+                    chunks[-2]["choices"][0]["finish_reason"] = "length"
+                    chunks[-1]["usage"]["completion_tokens"] = server.window - tokens
                 for chunk in chunks:
                     self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
                 self.wfile.write(b"data: [DONE]\n\n")
