@@ -320,7 +320,7 @@ class ChatRun:
         future, progress = self._index_job()
         if future.done():
             with self._lock:
-                self._scan = None  # the index answers from now on
+                self._scan = None  # one made while the build was finishing
             return wait(future, progress)
         stamp, chat, _ = self._read()
         saved = self.index_dir is not None and (self.index_dir / FILE).is_file()
@@ -352,6 +352,8 @@ class ChatRun:
         with self._lock:  # the saved copy and digests are not needed any more
             if self._cache is not None and self._cache[0] == stamp:
                 self._cache = (stamp, chat, None)
+            if self._scan is not None and self._scan[0] == stamp:
+                self._scan = None  # nor is the scan's copy of the text: the index answers
         return index
 
     @property
