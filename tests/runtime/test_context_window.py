@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +206,22 @@ def test_an_answer_cut_off_by_a_full_window_is_told_so_and_compacts(tmp_path: Pa
     assert "send the call again" in text
     full = [c for c in payloads(run.run_dir, "context_compacted") if c["reason"] == "window_full"]
     assert [c["round"] for c in full] == [22]
+
+
+def test_a_chat_history_over_the_window_keeps_its_newest_floors(tmp_path: Path) -> None:
+    window = 2_048
+    floors = [f"floor {i}: " + "the lantern swings over the ford, " * 12 for i in range(30)]
+    h = Harness(tmp_path, floors)
+    with WindowServer(window, script_for(window)) as server:
+        run = h.start(lean_profile())
+        assert drive(Engine(run, http(server, window), fsync=False)) == "completed"
+    assert server.refused == [] and max(server.counts) <= window
+    task = server.bodies[0]["messages"][1]["content"]
+    [first] = [c for c in payloads(run.run_dir, "context_compacted") if c["round"] == 1]
+    assert first["floorsDropped"] > 0 and first["tokensAfter"] < first["tokensBefore"]
+    hidden = int(re.search(r"\(floors 0-(\d+) are not shown\)", task).group(1))  # type: ignore[union-attr]
+    assert 0 < hidden < 29 and f"[{hidden + 1}] " in task and "[29] " in task
+    assert f"[{hidden}] " not in task
 
 
 def test_tools_over_the_window_fail_before_the_first_request(tmp_path: Path) -> None:

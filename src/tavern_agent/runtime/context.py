@@ -12,8 +12,10 @@ provider's own count (a response's ``usage``) to the estimate of the request
 it answered. When a request would go over the budget, the invocation's older
 rounds are compacted in the *request*, never in the transcript: tool results
 and assistant texts before a cut become stubs naming the file that holds them
-(written under ``tool-results/`` if the result was inline), and when that is not
-enough, the oldest rounds are left out whole (a note after the task says so).
+(written under ``tool-results/`` if the result was inline); when that is not
+enough, the oldest rounds are left out whole (a note after the task says so),
+and then the oldest floors of the task's chat history (the model can still
+read them with ``chat_read_messages``).
 The system prompt, the tools, the task and the last round are never cut; every
 call keeps its one result. A compaction leaves the request well under the
 budget, so the next rounds grow on the same prefix (the incremental encoder
@@ -29,12 +31,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from tavern_agent import run_layout
 from tavern_agent.core.errors import ErrorCode
+from tavern_agent.core.ids import ToolId
 from tavern_agent.core.profile import Profile
 from tavern_agent.core.results import AgentToolResult
 from tavern_agent.core.tool_ids import READ_FILE
@@ -103,6 +107,7 @@ class _Cuts:
 
     collapsed: int = 0
     dropped: int = 0
+    floors: int = 0  # the oldest chat floors left out of the task's chat history
     force: str | None = None  # a stronger compaction is due: "window_full" or "overflow"
     asked: int | None = None  # the estimate of the request in flight
 
@@ -114,7 +119,8 @@ class _Counts:
     items: tuple[TranscriptItem, ...] = ()
     raw: list[int] = field(default_factory=list)
     stub: list[int] = field(default_factory=list)  # what the item costs collapsed
-    views: dict[tuple[int, int], tuple[TranscriptItem, ...]] = field(default_factory=dict)
+    views: dict[tuple[int, int, int], tuple[TranscriptItem, ...]] = field(default_factory=dict)
+    tasks: dict[int, tuple[str, int]] = field(default_factory=dict)  # floors left out → task
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +156,7 @@ class ContextKeeper:
             case cev.ContextCompacted():
                 cuts = self._cuts.setdefault(event.invocation_id, _Cuts())
                 cuts.collapsed, cuts.dropped = event.collapsed_items, event.dropped_items
+                cuts.floors = event.floors_dropped
                 cuts.force = None
             case ev.ModelRequest() if event.prompt_tokens is not None:
                 self._cuts.setdefault(event.invocation_id, _Cuts()).asked = event.prompt_tokens
@@ -219,17 +226,18 @@ class ContextKeeper:
         fixed = self._fixed_tokens(inv)
         cuts = self._cuts.setdefault(inv.id, _Cuts())
         head, last = _head_end(items), _last_turn(items)
-        before = self._total(fixed, counts, head, cuts.collapsed, cuts.dropped)
+        now = _Cut(cuts.collapsed, cuts.dropped, cuts.floors)
+        before = self._total(inv, fixed, counts, head, now)
         if before > window.budget or cuts.force is not None:
-            floor = self._scaled(fixed + sum(counts.raw[:head]) + sum(counts.raw[last:]))
-            if floor > window.budget and head == len(items):  # the first request
-                raise ContextTooSmall(self._too_small(inv, floor, window))
             strong = cuts.force is not None
             target = int(window.budget * (STRONG_WATER if strong else LOW_WATER))
-            collapsed, dropped = self._choose(counts, fixed, head, last, cuts, target)
+            cut = self._choose(inv, counts, fixed, head, last, now, target)
+            collapsed, dropped = cut.collapsed, cut.dropped
+            after = self._total(inv, fixed, counts, head, cut)
+            if after > window.budget and head == len(items):  # the first request
+                raise ContextTooSmall(self._too_small(inv, after, window))
             reason = cuts.force or "budget"
-            if (collapsed, dropped) != (cuts.collapsed, cuts.dropped):
-                after = self._total(fixed, counts, head, collapsed, dropped)
+            if cut != now:
                 journal.write(
                     cev.ContextCompacted(
                         invocation_id=inv.id,
@@ -241,12 +249,14 @@ class ContextKeeper:
                         texts_collapsed=_collapsible(items, dropped, collapsed, results=False),
                         tokens_before=before,
                         tokens_after=after,
+                        floors_dropped=cut.floors,
                     )
                 )
-            cuts.collapsed, cuts.dropped, cuts.force = collapsed, dropped, None
-        view = self._view(inv, counts, head, cuts.collapsed, cuts.dropped, workspace)
-        total = self._total(fixed, counts, head, cuts.collapsed, cuts.dropped)
-        return view, total
+            cuts.collapsed, cuts.dropped, cuts.floors, cuts.force = (*cut, None)
+        now = _Cut(cuts.collapsed, cuts.dropped, cuts.floors)
+        return self._view(inv, counts, head, now, workspace), self._total(
+            inv, fixed, counts, head, now
+        )
 
     def full_result(self, inv_id: str, rc: RecordedCall) -> AgentToolResult | None:
         """The result of a call of ``inv_id``'s last answer when the window filled during it
@@ -289,8 +299,21 @@ class ContextKeeper:
     def _scaled(self, raw: int) -> int:
         return math.ceil(raw * self.ratio)
 
-    def _total(self, fixed: int, counts: _Counts, head: int, collapsed: int, dropped: int) -> int:
+    def _task(self, inv: Invocation, counts: _Counts, floors: int) -> tuple[str, int]:
+        """The task's text with its ``floors`` oldest chat floors left out, and its tokens."""
+        if floors not in counts.tasks:
+            first = counts.items[0]
+            assert isinstance(first, UserMessage)
+            read = inv.snapshot.name_of(READ_MESSAGES)
+            text = _fewer_floors(first.text, floors, read)
+            counts.tasks[floors] = (text, _item_tokens(UserMessage(text), inv.id))
+        return counts.tasks[floors]
+
+    def _total(self, inv: Invocation, fixed: int, counts: _Counts, head: int, cut: _Cut) -> int:
+        collapsed, dropped = cut.collapsed, cut.dropped
         raw = fixed + sum(counts.raw[:head])
+        if cut.floors:
+            raw += self._task(inv, counts, cut.floors)[1] - counts.raw[0]
         start = max(head, dropped)
         if start > head:
             raw += NOTE_TOKENS
@@ -300,46 +323,55 @@ class ContextKeeper:
         return self._scaled(raw)
 
     def _choose(
-        self, counts: _Counts, fixed: int, head: int, last: int, cuts: _Cuts, target: int
-    ) -> tuple[int, int]:
-        """The smallest cuts past the current ones that bring the request to ``target``."""
+        self,
+        inv: Invocation,
+        counts: _Counts,
+        fixed: int,
+        head: int,
+        last: int,
+        now: _Cut,
+        target: int,
+    ) -> _Cut:
+        """The smallest cuts past the current ones that bring the request to ``target``:
+        older rounds collapsed, then left out, then the task's oldest chat floors."""
         items = counts.items
         turns = [
             i for i in range(head, last + 1) if i == last or isinstance(items[i], AssistantMessage)
         ]
-        collapsed = max(cuts.collapsed, head)
-        for cut in turns:
-            if cut < collapsed:
-                continue
-            if self._total(fixed, counts, head, cut, cuts.dropped) <= target:
-                return cut, cuts.dropped
-        collapsed = max(collapsed, last)
-        for cut in turns:
-            if cut < cuts.dropped:
-                continue
-            if self._total(fixed, counts, head, collapsed, cut) <= target:
-                return collapsed, cut
-        return collapsed, max(cuts.dropped, last)
+        for index in turns:
+            cut = _Cut(index, now.dropped, now.floors)
+            if index >= now.collapsed and self._total(inv, fixed, counts, head, cut) <= target:
+                return cut
+        collapsed = max(now.collapsed, last)
+        for index in turns:
+            cut = _Cut(collapsed, index, now.floors)
+            if index >= now.dropped and self._total(inv, fixed, counts, head, cut) <= target:
+                return cut
+        dropped = max(now.dropped, last)
+        first = items[0] if items else None
+        shown = _floor_starts(first.text)[1] if isinstance(first, UserMessage) else []
+        for floors in range(now.floors, len(shown)):  # the newest floor stays
+            cut = _Cut(collapsed, dropped, floors)
+            if self._total(inv, fixed, counts, head, cut) <= target:
+                return cut
+        return _Cut(collapsed, dropped, max(now.floors, len(shown) - 1, 0))
 
     # ------------------------------------------------------------ the request's view
 
     def _view(
-        self,
-        inv: Invocation,
-        counts: _Counts,
-        head: int,
-        collapsed: int,
-        dropped: int,
-        workspace: Workspace,
+        self, inv: Invocation, counts: _Counts, head: int, cut: _Cut, workspace: Workspace
     ) -> Transcript:
         transcript = inv.transcript
-        if collapsed <= head and dropped <= head:
+        collapsed, dropped = cut.collapsed, cut.dropped
+        if collapsed <= head and dropped <= head and not cut.floors:
             return transcript
-        key = (collapsed, dropped)
+        key = (cut.collapsed, cut.dropped, cut.floors)
         prefix = counts.views.get(key)
         if prefix is None:
             items = transcript.items
             shown: list[TranscriptItem] = list(items[:head])
+            if cut.floors:
+                shown[0] = UserMessage(self._task(inv, counts, cut.floors)[0])
             start = max(head, dropped)
             if start > head:
                 rounds = sum(1 for i in items[head:start] if isinstance(i, AssistantMessage))
@@ -358,7 +390,7 @@ class ContextKeeper:
                 else:
                     shown.append(item)
             prefix = counts.views[key] = tuple(shown)
-        return Transcript(prefix + transcript.items[collapsed:], transcript.system)
+        return Transcript(prefix + transcript.items[max(collapsed, head) :], transcript.system)
 
     def _too_small(self, inv: Invocation, needed: int, window: Window) -> str:
         return (
@@ -372,6 +404,43 @@ class ContextKeeper:
 
 
 NOTE_TOKENS = 40
+READ_MESSAGES = ToolId.builtin("chat.read_messages")
+_CHAT = re.compile(r"^## Chat \(\d+ floors\)\n", re.MULTILINE)
+_FLOOR = re.compile(r"^\[(\d+)\] ", re.MULTILINE)
+
+
+class _Cut(NamedTuple):
+    """Where a request is cut: items before ``collapsed`` shown as stubs, before ``dropped``
+    left out, and the task's ``floors`` oldest chat floors left out."""
+
+    collapsed: int
+    dropped: int
+    floors: int
+
+
+def _floor_starts(text: str) -> tuple[int, list[tuple[int, int]]]:
+    """Where the task's chat history begins, and where each floor's line starts (with its
+    index), oldest first; no floors when the text has no chat section."""
+    found = _CHAT.search(text)
+    if found is None:
+        return 0, []
+    end = text.find("\n\n## Skills\n", found.end())
+    starts: list[tuple[int, int]] = []
+    for line in _FLOOR.finditer(text, found.end(), len(text) if end < 0 else end):
+        index = int(line.group(1))
+        if not starts or index > starts[-1][1]:  # a message's own "[n] " line is not a floor
+            starts.append((line.start(), index))
+    return found.end(), starts
+
+
+def _fewer_floors(text: str, floors: int, read: str | None) -> str:
+    """The task's text without its ``floors`` oldest chat floors, and a line saying so."""
+    begin, starts = _floor_starts(text)
+    if floors <= 0 or floors >= len(starts):
+        return text
+    position, index = starts[floors]
+    more = f"; read them with {read}" if read else ""
+    return f"{text[:begin]}(floors 0-{index - 1} are not shown{more})\n{text[position:]}"
 
 
 def fixed_tokens(snapshot: ToolSnapshot, system: str | None) -> int:

@@ -43,6 +43,7 @@ class ContextCompacted(JournalEvent, frozen=True, kw_only=True):
     texts_collapsed: assistant texts shown as stubs now
     tokens_before: the request's estimated tokens before
     tokens_after: and after
+    floors_dropped: the task's oldest chat floors left out of its chat history
     """
 
     kind = "context_compacted"
@@ -56,3 +57,4 @@ class ContextCompacted(JournalEvent, frozen=True, kw_only=True):
     texts_collapsed: int
     tokens_before: int
     tokens_after: int
+    floors_dropped: int = 0
