@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tavern_agent.core.naming import ModelProtocol
+from tavern_agent.providers.choice import gateway_for, model_gateway
 from tavern_agent.providers.gateway import HttpGateway, ModelConfig
 from tavern_agent.providers.window import (
     DEFAULT_WINDOW,
@@ -167,3 +168,14 @@ def test_other_errors_are_not() -> None:
     other = {"error": {"message": "Invalid 'messages[1].content'", "type": "invalid_request_error"}}
     assert not is_overflow(400, json.dumps(other))
     assert not is_overflow(401, json.dumps(OVERFLOWS[0]))  # an auth failure says nothing of size
+
+
+def test_the_flag_is_kept_in_the_run_record_so_a_resume_keeps_the_window() -> None:
+    _, record = model_gateway(
+        "local", None, "http://127.0.0.1:9/v1", "openai_chat", "K", context_window=3000
+    )
+    assert record["contextWindow"] == 3000
+    again = gateway_for(record)
+    assert isinstance(again, HttpGateway) and again.config.context_window == 3000
+    _, plain = model_gateway("local", None, "http://127.0.0.1:9/v1", "openai_chat", "K")
+    assert "contextWindow" not in plain  # records without the flag are as before

@@ -113,6 +113,18 @@ def compat_option(f: F) -> F:
     return option(f)
 
 
+def context_window_option(f: F) -> F:
+    """``--context-window``: the model's window, where the server does not say it."""
+    option = click.option(
+        "--context-window",
+        type=click.IntRange(256),
+        default=None,
+        help="The model's context window in tokens (default: what the server says, else "
+        "known per model, else 16384). Requests are kept within it.",
+    )
+    return option(f)
+
+
 # ---------------------------------------------------------------- SillyTavern data and world info
 
 _WI_META = "tavern_agent.world_info"

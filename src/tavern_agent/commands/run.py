@@ -23,6 +23,7 @@ from tavern_agent.chat.formats import ChatFormatError
 from tavern_agent.commands.options import (
     chat_source,
     compat_option,
+    context_window_option,
     mcp_ask_option,
     usage_error,
     world_info_options,
@@ -164,7 +165,7 @@ def temporal_options(f: Any) -> Any:
 )
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True)
 @compat_option
-@click.option("--context-window", type=click.IntRange(256), help="The model's window, tokens.")
+@context_window_option
 @click.option("--seed", type=int, default=None, help="Seed for dice and activation.")
 @mcp_ask_option
 @click.option(

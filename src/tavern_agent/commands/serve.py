@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tavern_agent.commands.options import compat_option, usage_error
+from tavern_agent.commands.options import compat_option, context_window_option, usage_error
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.extensions.host import DEFAULT_CALL_TIMEOUT, LOOPBACK_HOSTS, ExtensionHost
 from tavern_agent.extensions.protocol import CLIENT_PATH, PAGE_PATH
@@ -54,6 +54,7 @@ def endpoint_options(data_dir: Path, flags: ServeFlags) -> EndpointOptions:
             flags.protocol,
             flags.api_key_env,
             compat=flags.compat,
+            context_window=flags.context_window,
         )
     try:
         server = EndpointServer(host, port)
@@ -129,6 +130,7 @@ def endpoint_options(data_dir: Path, flags: ServeFlags) -> EndpointOptions:
     help="Environment variable holding the upstream model's key (as for `run`).",
 )
 @compat_option
+@context_window_option
 @click.option(
     "--api-port",
     type=int,
@@ -215,6 +217,7 @@ class ServeFlags:
     protocol: str
     api_key_env: str
     compat: str | None
+    context_window: int | None
     api_port: int
     host: str
     endpoint_key_env: str | None
