@@ -30,6 +30,7 @@ class JsonServer(LoopbackServer):
 
     def __init__(self, routes: dict[str, Any]) -> None:
         self.asked: list[str] = []
+        self.auth: list[str | None] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -38,6 +39,7 @@ class JsonServer(LoopbackServer):
 
             def do_GET(self) -> None:
                 server.asked.append(self.path)
+                server.auth.append(self.headers.get("authorization"))
                 if self.path not in routes:
                     self.send_error(404)
                     return
@@ -75,12 +77,17 @@ def test_a_models_entry_says_it_where_props_is_missing() -> None:
     assert window_of({"/v1/models": {"data": [{"id": "local"}]}})[0] is None
 
 
-def test_the_gateway_asks_the_server_then_the_table_then_the_default() -> None:
+def test_the_gateway_asks_the_server_then_the_table_then_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TA_WINDOW_KEY", "sk-local")
     props = {"default_generation_settings": {"n_ctx": 2048}}
     with JsonServer({"/props": props}) as server:
-        config = ModelConfig(ModelProtocol.OPENAI_CHAT, "local", f"{server.origin}/v1")
+        url = f"{server.origin}/v1"
+        config = ModelConfig(ModelProtocol.OPENAI_CHAT, "local", url, api_key_env="TA_WINDOW_KEY")
         facts = asyncio.run(HttpGateway(config).window_facts())
     assert facts == WindowFacts(2048, "server", 4096)
+    assert server.auth == ["Bearer sk-local"]  # a server with --api-key answers it too
     with JsonServer({}) as server:
         gpt = ModelConfig(ModelProtocol.OPENAI_CHAT, "gpt-4o-mini", f"{server.origin}/v1")
         assert asyncio.run(HttpGateway(gpt).window_facts()) == WindowFacts(128_000, "table", 4096)

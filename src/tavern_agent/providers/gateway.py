@@ -384,10 +384,10 @@ class HttpGateway:
                 ModelProtocol.OPENAI_CHAT,
                 ModelProtocol.OPENAI_RESPONSES,
             ):
-                tokens, source = (
-                    await server_window(self.client, config.base_url, config.model),
-                    "server",
-                )
+                headers = _endpoint(config)[1]  # the key, for a server that wants it
+                asked = {k: v for k, v in headers.items() if k not in ("content-type", "accept")}
+                tokens = await server_window(self.client, config.base_url, config.model, asked)
+                source = "server"
             if tokens is None:
                 tokens, source = table_window(config.protocol, config.model), "table"
             if tokens is None:

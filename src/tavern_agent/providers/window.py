@@ -75,16 +75,19 @@ def table_window(protocol: ModelProtocol, model: str) -> int | None:
 _MODEL_KEYS = ("context_length", "context_window", "max_context_length", "max_model_len")
 
 
-async def server_window(client: httpx.AsyncClient, base_url: str, model: str) -> int | None:
+async def server_window(
+    client: httpx.AsyncClient, base_url: str, model: str, headers: Mapping[str, str] | None = None
+) -> int | None:
     """The window an OpenAI-compatible server says it runs ``model`` with, else ``None``.
 
     llama.cpp answers ``GET /props`` (beside ``/v1``) with the slot's ``n_ctx``;
     other servers put the window in their ``GET /models`` entry. Any failure
     (no such route, no server) is ``None``: the window comes from elsewhere.
+    ``headers`` carry the key, for a server that wants it on every route.
     """
     base = base_url.rstrip("/")
     root = base.removesuffix("/v1")
-    props = await _get_json(client, f"{root}/props")
+    props = await _get_json(client, f"{root}/props", headers)
     if isinstance(props, Mapping):
         settings = props.get("default_generation_settings")
         for value in (
@@ -93,7 +96,7 @@ async def server_window(client: httpx.AsyncClient, base_url: str, model: str) ->
         ):
             if isinstance(value, int) and value > 0:
                 return value
-    models = await _get_json(client, f"{base}/models")
+    models = await _get_json(client, f"{base}/models", headers)
     entries = models.get("data") if isinstance(models, Mapping) else None
     for entry in entries if isinstance(entries, list) else ():
         if not isinstance(entry, Mapping) or entry.get("id") not in (model, None):
@@ -106,9 +109,9 @@ async def server_window(client: httpx.AsyncClient, base_url: str, model: str) ->
     return None
 
 
-async def _get_json(client: httpx.AsyncClient, url: str) -> Any:
+async def _get_json(client: httpx.AsyncClient, url: str, headers: Mapping[str, str] | None) -> Any:
     try:
-        response = await client.get(url, timeout=httpx.Timeout(3.0))
+        response = await client.get(url, headers=headers, timeout=httpx.Timeout(3.0))
         if response.status_code != 200:
             return None
         return response.json()
