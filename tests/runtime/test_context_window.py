@@ -22,10 +22,10 @@ from tavern_agent.providers.gateway import (
 )
 from tavern_agent.providers.window import WindowFacts
 from tavern_agent.runtime.loop import Engine
-from tavern_agent.runtime.run import Run
+from tavern_agent.runtime.run import Run, RunSpec
 from tests.runtime.helpers import Harness, payloads
 from tests.runtime.openai_server import CallSpec
-from tests.runtime.window_server import WindowServer
+from tests.runtime.window_server import GeminiWindowServer, WindowServer
 
 ROUNDS = 80
 TOOLS = (
@@ -222,6 +222,23 @@ def test_a_chat_history_over_the_window_keeps_its_newest_floors(tmp_path: Path) 
     hidden = int(re.search(r"\(floors 0-(\d+) are not shown\)", task).group(1))  # type: ignore[union-attr]
     assert 0 < hidden < 29 and f"[{hidden + 1}] " in task and "[29] " in task
     assert f"[{hidden}] " not in task
+
+
+def test_a_gemini_run_keeps_its_window_and_recovers_from_gemini_s_overflow(
+    tmp_path: Path,
+) -> None:
+    window = 8_192
+    h = Harness(tmp_path)
+    script = script_for(window)
+    with GeminiWindowServer(window, script, refuse_at=30) as server:
+        spec = RunSpec(lean_profile(), ModelProtocol.GEMINI, chat_file=h.chat_path, seed=7)
+        run = Run.start(h.assembly, spec)
+        url = f"{server.origin}/v1beta"
+        config = ModelConfig(ModelProtocol.GEMINI, "gemini-test", url, context_window=window)
+        assert drive(Engine(run, HttpGateway(config), fsync=False)) == "completed"
+    assert len(server.refused) == 1 and max(server.counts) <= window
+    reasons = [c["reason"] for c in payloads(run.run_dir, "context_compacted")]
+    assert "budget" in reasons and reasons.count("overflow") == 1
 
 
 def test_tools_over_the_window_fail_before_the_first_request(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ import bpe_openai
 
 from tests.runtime.loopback import LoopbackServer
 from tests.runtime.openai_server import CallSpec, stream
+from tests.runtime.sse_server import gemini_events
 
 ENCODING = bpe_openai.get_encoding("o200k_base")
 _TURN = re.compile(r"call_(\d+)_\d+")
@@ -126,3 +127,88 @@ class WindowServer(LoopbackServer):
     @property
     def base_url(self) -> str:
         return f"{self.origin}/v1"
+
+
+GEMINI_PATH = "/v1beta/models/gemini-test:streamGenerateContent?alt=sse"
+_SAID = re.compile(r"turn (\d+)")
+
+
+def gemini_count(body: dict[str, Any]) -> int:
+    """A Gemini request's prompt tokens (o200k_base standing in for Gemini's tokenizer)."""
+    total = 0
+    system = body.get("systemInstruction") or {}
+    for content in [system, *body["contents"]]:
+        total += 4
+        for part in content.get("parts") or ():
+            text = part.get("text") or json.dumps(
+                part.get("functionCall") or part.get("functionResponse") or {}
+            )
+            total += len(ENCODING.encode(text))
+    if body.get("tools"):
+        total += len(ENCODING.encode(json.dumps(body["tools"])))
+    return total
+
+
+def gemini_turn_of(body: dict[str, Any]) -> int:
+    """One after the turn the newest model content says it was ("turn N")."""
+    for content in reversed(body["contents"]):
+        for part in content.get("parts") or ():
+            said = _SAID.fullmatch(part.get("text") or "")
+            if content["role"] == "model" and said:
+                return int(said.group(1)) + 1
+    return 0
+
+
+class GeminiWindowServer(LoopbackServer):
+    """:class:`WindowServer` in Gemini's shape: the token-limit error, ``usageMetadata``."""
+
+    def __init__(
+        self, window: int, script: Callable[[int], Sequence[CallSpec]], *, refuse_at: int
+    ) -> None:
+        self.window = window
+        self.refuse_at: int | None = refuse_at
+        self.counts: list[int] = []
+        self.refused: list[int] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                body = json.loads(self.rfile.read(length))
+                tokens, turn = gemini_count(body), gemini_turn_of(body)
+                server.counts.append(tokens)
+                refuse = turn == server.refuse_at
+                if tokens > server.window or refuse:
+                    server.refuse_at = None
+                    server.refused.append(tokens)
+                    message = (
+                        f"The input token count ({tokens}) exceeds the maximum number of "
+                        f"tokens allowed ({server.window})."
+                    )
+                    error = {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}
+                    data = json.dumps({"error": error}).encode()
+                    self.send_response(400)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
+                self.end_headers()
+                events = gemini_events(turn, (f"turn {turn}", list(script(turn))))
+                events[-1][1]["usageMetadata"] = {
+                    "promptTokenCount": tokens,
+                    "candidatesTokenCount": 20,
+                }
+                for _, payload in events:
+                    self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\r\n\r\n")
+                self.close_connection = True
+
+        super().__init__(Handler)
