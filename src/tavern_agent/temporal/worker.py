@@ -80,13 +80,15 @@ async def serve(
     took, so that its next step here does not fold the run's journal again.
     """
     client = await connect(address)
-    # SIGTERM (how service managers stop a process) stops the worker as Ctrl-C does:
-    # its steps are cancelled at once and retried on other workers, instead of
-    # waiting out the heartbeat timeout of a vanished worker.
+    # Ctrl-C and SIGTERM (how service managers stop a process) stop the worker: its
+    # steps are cancelled at once and retried on other workers, instead of waiting
+    # out the heartbeat timeout of a vanished worker. Both through the event loop:
+    # asyncio.run's own Ctrl-C handling left a worker's step running now and then.
     serving = asyncio.current_task()
     if serving is not None:
         with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, serving.cancel)
+            for stop in (signal.SIGINT, signal.SIGTERM):
+                asyncio.get_running_loop().add_signal_handler(stop, serving.cancel)
     async with await Assembly.open(data_dir, approver=approver) as assembly:
         activities = RunActivities(assembly, cache=engine_cache)
         worker = Worker(
