@@ -111,19 +111,8 @@ def example_command(data: Path, chat: Path, base_url: str) -> list[str]:
         *("--world", str(EXAMPLES / "eldoria-world.json")),
         *("--profile", "default-writer", "--seed", "7"),
         *("--model", "SmolLM2-135M-Instruct", "--base-url", base_url),
-        *window_flags(),
+        *("--context-window", str(WINDOW)),
     ]
-
-
-def window_flags() -> list[str]:
-    """``--context-window 2048`` where this ``tavern-agent run`` takes it."""
-    usage = subprocess.run(
-        [sys.executable, "-m", "tavern_agent", "run", "--help"], capture_output=True, text=True
-    ).stdout
-    if "--context-window" in usage:
-        return ["--context-window", str(WINDOW)]
-    print("note: `run` has no --context-window here; the run does not know its window")
-    return []
 
 
 def main() -> int:
