@@ -35,6 +35,7 @@ from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly
 from tavern_agent.providers.choice import gateway_for
 from tavern_agent.providers.gateway import ModelGateway, ModelReply, ModelRequest
+from tavern_agent.providers.window import WindowFacts
 from tavern_agent.runtime.journal import Journal
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run
@@ -113,6 +114,12 @@ class UnlockedWhileAsking:
         self.lock: RunLock | None = None  # this activity's hold on the run's lock
         self.journal: Journal | None = None
         self.moved = False
+
+    async def window_facts(self) -> WindowFacts | None:
+        """The inner gateway's window, as a local engine's run would have it."""
+        facts_of = getattr(self.inner, "window_facts", None)
+        facts: WindowFacts | None = await facts_of() if facts_of is not None else None
+        return facts
 
     async def respond(self, request: ModelRequest) -> ModelReply:
         """The model's answer, asked with the run's lock let go; takes the lock
