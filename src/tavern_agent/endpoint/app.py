@@ -219,7 +219,7 @@ class RunResponse(Response):
             text = f"The run could not start: {exc}"
             body = error_body(text, "server_error", "run_start_failed")
             if stream:
-                await self._close_stream(send, body)
+                await self._close_stream(send, self._error_event(body))
             else:
                 await JSONResponse(body, 500)(scope, receive, send)
             return
@@ -278,15 +278,17 @@ class RunResponse(Response):
             (b"x-tavern-agent-run", run_id.encode()),
         ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await _event(send, self._chunk({"role": "assistant"}))
+        await _write(send, sse(self._chunk({"role": "assistant"})))
 
-    async def _close_stream(self, send: Send, error: dict[str, Any] | None = None) -> None:
-        if error is not None:
-            # Clients treat a top-level "error" as a failure; the choices array keeps
-            # those that read every event's choices[0] from crashing on it.
-            await _event(send, error | self._chunk({}, finish_reason="stop"))
-        await _event(send, "[DONE]")
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    async def _close_stream(self, send: Send, *events: dict[str, Any]) -> None:
+        """Send the last ``events`` and ``[DONE]``, and end the body, in one write."""
+        body = b"".join(map(sse, events)) + sse("[DONE]")
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    def _error_event(self, error: dict[str, Any]) -> dict[str, Any]:
+        # Clients treat a top-level "error" as a failure; the choices array keeps
+        # those that read every event's choices[0] from crashing on it.
+        return error | self._chunk({}, finish_reason="stop")
 
     async def _stream(
         self,
@@ -297,7 +299,8 @@ class RunResponse(Response):
         send: Send,
     ) -> None:
         heartbeat = self.endpoint.settings.heartbeat_seconds
-        while True:
+        ended = False
+        while not ended:
             try:
                 line = await asyncio.wait_for(lines.get(), heartbeat)
             except TimeoutError:
@@ -305,25 +308,34 @@ class RunResponse(Response):
                 continue
             if line is None:
                 break
-            await _event(send, self._chunk({"reasoning_content": line + "\n"}))
+            # The lines queued meanwhile go out in the same write: one send per burst.
+            batch = [line]
+            while not ended and not lines.empty():
+                more = lines.get_nowait()
+                ended = more is None
+                batch += [] if more is None else [more]
+            events = (self._chunk({"reasoning_content": text + "\n"}) for text in batch)
+            await _write(send, b"".join(map(sse, events)))
         result = task.result()
         message = self._reply(engine, result)
         if message is None:
-            await self._close_stream(send, failure(result)[1])
+            await self._close_stream(send, self._error_event(failure(result)[1]))
             return
-        await _event(send, self._chunk({"content": message}))
-        await _event(send, self._chunk({}, finish_reason="stop", usage=progress.usage))
-        await self._close_stream(send)
+        await self._close_stream(
+            send,
+            self._chunk({"content": message}),
+            self._chunk({}, finish_reason="stop", usage=progress.usage),
+        )
 
 
 async def _write(send: Send, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body, "more_body": True})
 
 
-async def _event(send: Send, data: Any) -> None:
+def sse(data: Any) -> bytes:
     """One server-sent event: a JSON chunk, or the ``[DONE]`` marker."""
     text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-    await _write(send, f"data: {text}\n\n".encode())
+    return f"data: {text}\n\n".encode()
 
 
 def failure(result: RunResult) -> tuple[int, dict[str, Any]]:
