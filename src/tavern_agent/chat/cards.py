@@ -63,13 +63,9 @@ def parse_card(data: bytes) -> CharacterCard:
                 break
         else:
             raise ChatFormatError("the PNG has no chara or ccv3 text chunk")
-    try:
-        obj = json_input.loads(data)
-    except json_input.JsonInputError as exc:
-        raise ChatFormatError(str(exc)) from None
-    if not isinstance(obj, dict):
-        raise ChatFormatError("a card must be a JSON object")
-    return CharacterCard(obj)
+    return CharacterCard(
+        json_input.load_object(data, ChatFormatError, "a card must be a JSON object")
+    )
 
 
 def _chunks(data: bytes) -> Iterable[tuple[bytes, bytes, int, int]]:

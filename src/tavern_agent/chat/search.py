@@ -22,9 +22,10 @@ import math
 import operator
 import re
 import string
+from abc import ABC, abstractmethod
 from array import array
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Protocol
@@ -92,8 +93,30 @@ class Hit:
     term: str  # the query term to centre the snippet on
 
 
-class Searcher(Protocol):
-    """What answers a ranked chat search: a :class:`ChatIndex` or a :class:`ChatScan`."""
+class Searcher(ABC):
+    """A ranked chat search by BM25: a :class:`ChatIndex` or a :class:`ChatScan`.
+
+    The two score alike; they differ in how they find the floors holding a term
+    (:meth:`_matches`) and in what they take as a floor's length.
+    """
+
+    avgdl: float  # the mean floor length
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """How many floors are searched."""
+
+    @abstractmethod
+    def _matches(self, query: str) -> Iterator[tuple[str, Collection[int], Iterable[int]]]:
+        """Each term ``query`` stands for, with the floors that hold it and how often."""
+
+    @abstractmethod
+    def _lengths(self) -> Sequence[int]:
+        """Each floor's length, in the unit of :attr:`avgdl`."""
+
+    @abstractmethod
+    def _floor(self, floor: int) -> tuple[str, bool]:
+        """A floor's role and whether it is hidden."""
 
     def search(
         self,
@@ -106,7 +129,32 @@ class Searcher(Protocol):
         hidden: bool | None = None,
     ) -> list[Hit]:
         """The best ``limit`` floors in ``start…end-1``; newer floors win ties."""
-        ...
+        n = len(self)
+        if n == 0:
+            return []
+        scores: dict[int, float] = {}
+        best: dict[int, tuple[float, str]] = {}
+        avgdl = self.avgdl or 1.0
+        lengths = self._lengths()
+        for term, floors, tfs in self._matches(query):
+            df = len(floors)
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            for floor, tf in zip(floors, tfs, strict=True):
+                if floor < start or floor >= end:
+                    continue
+                norm = K1 * (1 - B + B * lengths[floor] / avgdl)
+                part = idf * tf * (K1 + 1) / (tf + norm)
+                scores[floor] = scores.get(floor, 0.0) + part
+                if part > best.get(floor, (0.0, ""))[0]:
+                    best[floor] = (part, term)
+
+        def keep(floor: int) -> bool:
+            floor_role, floor_hidden = self._floor(floor)
+            return (role is None or floor_role == role) and (
+                hidden is None or floor_hidden == hidden
+            )
+
+        return _ranked(scores, best, keep, limit)
 
 
 def _ranked(
@@ -125,7 +173,7 @@ def _ranked(
     return ranked
 
 
-class ChatIndex:
+class ChatIndex(Searcher):
     """BM25 (k1=1.2, b=0.75) over a list of floors.
 
     The postings are kept flat: term ``i`` has the floors ``floors[bounds[i]:bounds[i + 1]]``
@@ -251,43 +299,16 @@ class ChatIndex:
             return [t for t in self._cjk_vocab if term in t]
         return [term] if term in self._terms else []
 
-    def search(
-        self,
-        query: str,
-        *,
-        limit: int,
-        end: int,
-        start: int = 0,
-        role: str | None = None,
-        hidden: bool | None = None,
-    ) -> list[Hit]:
-        """The best ``limit`` floors in ``start…end-1``; newer floors win ties."""
-        n = len(self.roles)
-        if n == 0:
-            return []
-        scores: dict[int, float] = {}
-        best: dict[int, tuple[float, str]] = {}
-        avgdl = self.avgdl or 1.0
+    def _matches(self, query: str) -> Iterator[tuple[str, Collection[int], Iterable[int]]]:
         for qterm in dict.fromkeys(tokenize(query)):
             for term in self._expand(qterm):
-                floors, tfs = self._postings(term)
-                df = len(floors)
-                idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-                for floor, tf in zip(floors, tfs, strict=True):
-                    if floor < start or floor >= end:
-                        continue
-                    norm = K1 * (1 - B + B * self.lengths[floor] / avgdl)
-                    part = idf * tf * (K1 + 1) / (tf + norm)
-                    scores[floor] = scores.get(floor, 0.0) + part
-                    if part > best.get(floor, (0.0, ""))[0]:
-                        best[floor] = (part, term)
+                yield (term, *self._postings(term))
 
-        def keep(floor: int) -> bool:
-            return (role is None or self.roles[floor] == role) and (
-                hidden is None or bool(self.hidden[floor]) == hidden
-            )
+    def _lengths(self) -> Sequence[int]:
+        return self.lengths
 
-        return _ranked(scores, best, keep, limit)
+    def _floor(self, floor: int) -> tuple[str, bool]:
+        return self.roles[floor], bool(self.hidden[floor])
 
 
 _SCAN_OPTIONS = re2.Options()
@@ -313,7 +334,7 @@ class Floor(Protocol):
         ...
 
 
-class ChatScan:
+class ChatScan(Searcher):
     """BM25 without an index: each query term is looked for in every floor's text.
 
     It answers while a run's index is still being built, for the cost of one
@@ -328,8 +349,9 @@ class ChatScan:
     def __init__(self, floors: Sequence[Floor]) -> None:
         self._floors = floors
         self._texts = [f.mes.lower().encode("utf-8", "surrogatepass") for f in floors]
-        total = sum(map(len, self._texts))
-        self._avgdl = (total / len(self._texts)) if self._texts else 0.0
+        self._byte_lengths = [len(text) for text in self._texts]
+        total = sum(self._byte_lengths)
+        self.avgdl = (total / len(self._texts)) if self._texts else 0.0
 
     def __len__(self) -> int:
         return len(self._texts)
@@ -350,41 +372,17 @@ class ChatScan:
                 found[floor] = text.count(needle)
         return found
 
-    def search(
-        self,
-        query: str,
-        *,
-        limit: int,
-        end: int,
-        start: int = 0,
-        role: str | None = None,
-        hidden: bool | None = None,
-    ) -> list[Hit]:
-        """The best ``limit`` floors in ``start…end-1``; newer floors win ties."""
-        n = len(self._texts)
-        scores: dict[int, float] = {}
-        best: dict[int, tuple[float, str]] = {}
-        avgdl = self._avgdl or 1.0
+    def _matches(self, query: str) -> Iterator[tuple[str, Collection[int], Iterable[int]]]:
         for term in dict.fromkeys(tokenize(query)):
             counts = self._counts(term)
-            df = len(counts)
-            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-            for floor, tf in counts.items():
-                if floor < start or floor >= end:
-                    continue
-                norm = K1 * (1 - B + B * len(self._texts[floor]) / avgdl)
-                part = idf * tf * (K1 + 1) / (tf + norm)
-                scores[floor] = scores.get(floor, 0.0) + part
-                if part > best.get(floor, (0.0, ""))[0]:
-                    best[floor] = (part, term)
+            yield term, counts.keys(), counts.values()
 
-        def keep(floor: int) -> bool:
-            message = self._floors[floor]
-            return (role is None or message.role == role) and (
-                hidden is None or message.hidden == hidden
-            )
+    def _lengths(self) -> Sequence[int]:
+        return self._byte_lengths
 
-        return _ranked(scores, best, keep, limit)
+    def _floor(self, floor: int) -> tuple[str, bool]:
+        message = self._floors[floor]
+        return message.role, message.hidden
 
 
 def _occurrences(

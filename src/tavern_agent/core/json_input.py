@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -85,3 +86,17 @@ def loads(data: bytes | str) -> Any:
         return json.loads(data)
     except (ValueError, RecursionError) as exc:
         raise JsonInputError(describe(exc)) from None
+
+
+def load_object(
+    data: bytes | str, error: Callable[[str], Exception], not_object: str
+) -> dict[str, Any]:
+    """The JSON object in ``data``: ``error(reason)`` is raised for bad JSON, and
+    ``error(not_object)`` for a value that is not an object."""
+    try:
+        value = loads(data)
+    except JsonInputError as exc:
+        raise error(str(exc)) from None
+    if not isinstance(value, dict):
+        raise error(not_object)
+    return value

@@ -147,13 +147,7 @@ def parse_message(raw: str | bytes) -> dict[str, Any]:
     """One channel message as a JSON object; raises ``MalformedMessage`` for anything else."""
     if not isinstance(raw, str):
         raise MalformedMessage("binary message")
-    try:
-        message = json_input.loads(raw)
-    except json_input.JsonInputError as exc:
-        raise MalformedMessage(str(exc)) from None
-    if not isinstance(message, dict):
-        raise MalformedMessage("not a JSON object")
-    return message
+    return json_input.load_object(raw, MalformedMessage, "not a JSON object")
 
 
 def invoke_request(message: dict[str, Any]) -> tuple[Any, ToolId, dict[str, Any], CallMeta]:
