@@ -19,11 +19,20 @@ class Scene(StrEnum):
 
 ALL_SCENES: frozenset[Scene] = frozenset(Scene)
 
-EMPTY_PARAMETERS: Mapping[str, Any] = {
-    "type": "object",
-    "properties": {},
-    "additionalProperties": False,
-}
+
+def object_schema(
+    properties: Mapping[str, Any], *required: str, extra: Any = False
+) -> dict[str, Any]:
+    """The JSON Schema of an object with ``properties``, the ``required`` ones needed; other
+    keys are refused, or allowed as the schema ``extra`` says."""
+    schema: dict[str, Any] = {"type": "object", "properties": dict(properties)}
+    if required:
+        schema["required"] = list(required)
+    schema["additionalProperties"] = extra
+    return schema
+
+
+EMPTY_PARAMETERS: Mapping[str, Any] = object_schema({})
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tavern_agent.core import tool_ids
+from tavern_agent.core.descriptors import object_schema
 from tavern_agent.core.results import (
     AwaitRequested,
     DelegateRequested,
@@ -20,7 +21,7 @@ from tavern_agent.core.results import (
     ToolOutcome,
 )
 from tavern_agent.tools.builtin.chat import CHAT_ONLY
-from tavern_agent.tools.builtin.registry import Offer, builtin_tool
+from tavern_agent.tools.builtin.registry import Describe, Offer, builtin_tool
 from tavern_agent.tools.context import CallContext
 
 AWAIT_MODES = ("nextCompleted", "allCompleted", "statusOnly")
@@ -40,40 +41,34 @@ _LIST = {"type": "array", "items": _STR}
 def _to_agent(field: str, brief: dict[str, Any]) -> dict[str, Any]:
     """The parameters of a tool that gives an agent (``agentId``) a brief, the open
     object ``field``: its ``objective`` is required, keys beyond ``brief``'s are text."""
-    return {
-        "type": "object",
-        "properties": {
-            "agentId": _STR,
-            field: {
-                "type": "object",
-                "properties": brief,
-                "required": ["objective"],
-                "additionalProperties": _EXTRA,
-            },
-        },
-        "required": ["agentId", field],
-        "additionalProperties": False,
-    }
-
-
-def describe_delegate(offer: Offer) -> str:
-    """The ``agent.delegate`` description, naming this snapshot's await tool if it has one."""
-    waiter = offer.name(tool_ids.AWAIT)
-    collect = f": collect the result with {waiter}" if waiter else ""
-    return (
-        "Start a task for an agent from the Agents list; it runs in the background. "
-        f"Returns a taskId at once{collect}."
+    return object_schema(
+        {"agentId": _STR, field: object_schema(brief, "objective", extra=_EXTRA)},
+        "agentId",
+        field,
     )
 
 
-def describe_handoff(offer: Offer) -> str:
-    """The ``agent.handoff`` description, naming this snapshot's await tool if it has one."""
-    waiter = offer.name(tool_ids.AWAIT)
-    first = f" Wait for your tasks with {waiter} first." if waiter else ""
-    return (
-        "Hand off the rest of this run to an agent from the Agents list; your part ends."
-        f"{first} Call it alone."
-    )
+def _naming_await(text: str, mention: str) -> Describe:
+    """A describer: ``text`` with ``mention`` of this snapshot's await tool in its ``{}``
+    (nothing there when the snapshot has no await tool)."""
+
+    def describe(offer: Offer) -> str:
+        waiter = offer.name(tool_ids.AWAIT)
+        return text.format(mention.format(waiter) if waiter else "")
+
+    return describe
+
+
+describe_delegate = _naming_await(
+    "Start a task for an agent from the Agents list; it runs in the background. "
+    "Returns a taskId at once{}.",
+    ": collect the result with {}",
+)
+describe_handoff = _naming_await(
+    "Hand off the rest of this run to an agent from the Agents list; your part ends.{} "
+    "Call it alone.",
+    " Wait for your tasks with {} first.",
+)
 
 
 @builtin_tool(
@@ -107,9 +102,8 @@ async def DELEGATE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     description=(
         "Wait for your delegated tasks; returns each status, and summary and files when done."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
+    parameters=object_schema(
+        {
             "taskIds": {"type": "array", "items": _STR, "description": "Default: all yours."},
             "mode": {
                 "type": "string",
@@ -117,9 +111,8 @@ async def DELEGATE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
                 "description": "Wait for the next task to finish, for all, or only report status.",
             },
             "timeoutMs": {"type": "integer", "description": "Default 120000, max 300000."},
-        },
-        "additionalProperties": False,
-    },
+        }
+    ),
     scenes=CHAT_ONLY,
     child_drop=True,
     repeatable=True,
@@ -166,29 +159,23 @@ async def HANDOFF(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
 @builtin_tool(
     "task.return",
     description="Return your result to the agent that gave you the task; this ends your work.",
-    parameters={
-        "type": "object",
-        "properties": {
+    parameters=object_schema(
+        {
             "summary": {"type": "string", "description": "The result, self-contained."},
             "status": {"type": "string", "enum": ["completed", "failed"]},
             "confidence": {"type": "string", "enum": ["low", "medium", "high"]},
             "artifacts": {
                 "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {"path": _STR, "kind": _STR, "role": _STR},
-                    "required": ["path"],
-                    "additionalProperties": False,
-                },
+                "items": object_schema({"path": _STR, "kind": _STR, "role": _STR}, "path"),
             },
             "findings": _LIST,
             "warnings": _LIST,
             "suggestedNextActions": _LIST,
             "questionsForCaller": _LIST,
         },
-        "required": ["summary", "status"],
-        "additionalProperties": False,
-    },
+        "summary",
+        "status",
+    ),
     finishing=True,
     child_only=True,
 )

@@ -11,7 +11,7 @@ from tavern_agent.chat.formats import ChatFile, ChatFormatError, ChatMessage
 from tavern_agent.chat.mount import floor_path
 from tavern_agent.chat.run_input import ChatRun
 from tavern_agent.chat.search import snippet, tokenize
-from tavern_agent.core.descriptors import Scene
+from tavern_agent.core.descriptors import Scene, object_schema
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import ToolFailure, ToolOutcome
 from tavern_agent.core.tool_ids import CHAT_READ_MESSAGES
@@ -31,6 +31,16 @@ SYSTEM_ROLE_NOTE = (
     ' role "system" finds narrator messages only; for messages hidden from the prompt '
     "(SillyTavern's system messages) search with hidden: true instead."
 )
+
+
+def item_list(properties: dict[str, Any], *required: str) -> dict[str, Any]:
+    """The schema of a list of 1 to :data:`MAX_ITEMS` objects to read, each of ``properties``."""
+    return {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": MAX_ITEMS,
+        "items": object_schema(properties, *required),
+    }
 
 
 def floor_role(message: ChatMessage) -> str:
@@ -134,9 +144,8 @@ def continuation(items: list[dict[str, Any]], key: str) -> str:
         "Search this chat's messages (floors) by relevance; any language. "
         "Returns floors with snippets to read in full."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
+    parameters=object_schema(
+        {
             "query": {"type": "string"},
             "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Default 20."},
             "role": {
@@ -154,9 +163,8 @@ def continuation(items: list[dict[str, Any]], key: str) -> str:
                 "description": "Search only the newest N floors.",
             },
         },
-        "required": ["query"],
-        "additionalProperties": False,
-    },
+        "query",
+    ),
     scenes=CHAT_ONLY,
     repeatable=True,
 )
@@ -245,28 +253,19 @@ def _search(run: ChatRun, args: dict[str, Any], ctx: CallContext) -> ToolOutcome
 @builtin_tool(
     "chat.read_messages",
     description="Read chat messages by floor (0-based); long ones in line pages.",
-    parameters={
-        "type": "object",
-        "properties": {
-            "floors": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": MAX_ITEMS,
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "floor": {"type": "integer", "minimum": 0},
-                        "offset": {"type": "integer", "minimum": 1, "description": "First line."},
-                        "limit": {"type": "integer", "minimum": 1, "description": "Lines."},
-                    },
-                    "required": ["floor"],
-                    "additionalProperties": False,
+    parameters=object_schema(
+        {
+            "floors": item_list(
+                {
+                    "floor": {"type": "integer", "minimum": 0},
+                    "offset": {"type": "integer", "minimum": 1, "description": "First line."},
+                    "limit": {"type": "integer", "minimum": 1, "description": "Lines."},
                 },
-            }
+                "floor",
+            )
         },
-        "required": ["floors"],
-        "additionalProperties": False,
-    },
+        "floors",
+    ),
     scenes=CHAT_ONLY,
     repeatable=True,
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tavern_agent.core.descriptors import object_schema
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import CommitRequested, ToolFailure, ToolOutcome
 from tavern_agent.core.tool_ids import FINISH, WRITE_FILE
@@ -26,16 +27,14 @@ from tavern_agent.workspace.roots import MESSAGE_BODY
     description=(
         "Publish a file as this run's chat reply. Commit again after more edits; finish when done."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
+    parameters=object_schema(
+        {
             "file_path": {"type": "string", "description": f"Default {MESSAGE_BODY}."},
             "mode": {"type": "string", "description": "replace (default) or append."},
             "reason": {"type": "string", "description": "One sentence: what and why."},
         },
-        "required": ["reason"],
-        "additionalProperties": False,
-    },
+        "reason",
+    ),
     scenes=CHAT_ONLY,
     child_drop=True,
 )

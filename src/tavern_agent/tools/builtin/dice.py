@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tavern_agent.core.descriptors import object_schema
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import ToolFailure, ToolOutcome
 from tavern_agent.tools.builtin.registry import builtin_tool
@@ -85,17 +86,15 @@ def describe_roll(formula: Formula, rolls: list[int], text: str | None = None) -
     return f"Rolled {text}: {terms} = {total}."
 
 
-PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
+PARAMETERS: dict[str, Any] = object_schema(
+    {
         "formula": {
             "type": "string",
             "description": "Dice to roll: d20, 3d6+4, 2d8-1, or N for 1dN.",
         }
     },
-    "required": ["formula"],
-    "additionalProperties": False,
-}
+    "formula",
+)
 
 
 @builtin_tool(

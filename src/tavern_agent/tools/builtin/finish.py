@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tavern_agent.core.descriptors import object_schema
 from tavern_agent.core.results import Finish, ToolOutcome
 from tavern_agent.tools.builtin.chat import CHAT_ONLY
 from tavern_agent.tools.builtin.registry import builtin_tool
@@ -19,11 +20,9 @@ from tavern_agent.tools.context import CallContext
 @builtin_tool(
     "workspace.finish",
     description="End this run once the reply is committed. Call it alone or last in a turn.",
-    parameters={
-        "type": "object",
-        "properties": {"reason": {"type": "string", "description": "Optional: what was done."}},
-        "additionalProperties": False,
-    },
+    parameters=object_schema(
+        {"reason": {"type": "string", "description": "Optional: what was done."}}
+    ),
     scenes=CHAT_ONLY,
     finishing=True,
     child_drop=True,

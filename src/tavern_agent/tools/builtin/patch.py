@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tavern_agent.core.descriptors import object_schema
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import FilePatched, ToolFailure, ToolOutcome
 from tavern_agent.core.tool_ids import READ_FILE
@@ -31,17 +32,17 @@ CONTEXT_LINES = 5  # lines before and after old_string that a hint asks to read
         "Replace exact text in a file you have read: old_string must match the file "
         "exactly (no line numbers) and be unique unless replace_all is true."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
+    parameters=object_schema(
+        {
             "file_path": {"type": "string"},
             "old_string": {"type": "string", "description": "Exact text to replace."},
             "new_string": {"type": "string", "description": "Replacement; empty deletes."},
             "replace_all": {"type": "boolean", "description": "Replace every match."},
         },
-        "required": ["file_path", "old_string", "new_string"],
-        "additionalProperties": False,
-    },
+        "file_path",
+        "old_string",
+        "new_string",
+    ),
 )
 async def APPLY_PATCH(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     """``workspace.apply_patch``: replaces exact text in a file the

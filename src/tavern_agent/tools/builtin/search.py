@@ -27,6 +27,7 @@ from typing import Any
 
 import re2
 
+from tavern_agent.core.descriptors import object_schema
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import ToolFailure, ToolOutcome
 from tavern_agent.tools.builtin import search_worker
@@ -58,15 +59,13 @@ CHUNK = 100  # files per run handed to one reader (see search_worker)
         "Search file contents with a regular expression (RE2 syntax; (?i) for any case). "
         "Without path it searches all files except tool-results/ and skills/."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
+    parameters=object_schema(
+        {
             "pattern": {"type": "string", "description": "Regex, e.g. (?i)dragon|wyrm"},
             "path": {"type": "string", "description": "A file or folder to search in."},
         },
-        "required": ["pattern"],
-        "additionalProperties": False,
-    },
+        "pattern",
+    ),
     repeatable=True,
 )
 async def SEARCH_FILES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:

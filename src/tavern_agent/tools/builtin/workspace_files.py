@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tavern_agent.core import tool_ids
+from tavern_agent.core.descriptors import object_schema
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import FileWritten, ToolFailure, ToolOutcome
 from tavern_agent.tools.builtin.registry import builtin_tool
@@ -56,14 +57,12 @@ def decode(data: bytes) -> tuple[str, bool]:
 @builtin_tool(
     "workspace.list_files",
     description="List files and folders in the workspace.",
-    parameters={
-        "type": "object",
-        "properties": {
+    parameters=object_schema(
+        {
             "path": {"type": "string", "description": "Folder or file; default the root."},
             "depth": {"type": "integer", "minimum": 1, "description": "Levels, default 2, max 4."},
-        },
-        "additionalProperties": False,
-    },
+        }
+    ),
     repeatable=True,
 )
 async def LIST_FILES(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
@@ -183,16 +182,14 @@ def head_page(head: bytes, offset: int, limit: int | None) -> Page | None:
         "Read a text file with numbered lines. Large files come back in pages; "
         "continue with offset and limit."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
+    parameters=object_schema(
+        {
             "file_path": {"type": "string", "description": "e.g. output/main.md"},
             "offset": {"type": "integer", "minimum": 1, "description": "First line, 1-based."},
             "limit": {"type": "integer", "minimum": 1, "description": "Number of lines."},
         },
-        "required": ["file_path"],
-        "additionalProperties": False,
-    },
+        "file_path",
+    ),
     repeatable=True,
 )
 async def READ_FILE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
@@ -307,16 +304,15 @@ def _page_outcome(
     description=(
         "Create or replace a file, or append to it. Read an existing file before replacing it."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
+    parameters=object_schema(
+        {
             "file_path": {"type": "string", "description": "e.g. output/main.md"},
             "content": {"type": "string", "description": "The text, written as is."},
             "mode": {"type": "string", "description": "replace (default) or append."},
         },
-        "required": ["file_path", "content"],
-        "additionalProperties": False,
-    },
+        "file_path",
+        "content",
+    ),
 )
 async def WRITE_FILE(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     """``workspace.write_file``: creates, replaces or appends

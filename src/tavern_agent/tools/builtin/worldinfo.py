@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tavern_agent.chat.activation import ActivatedEntry
+from tavern_agent.core.descriptors import object_schema
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import ToolFailure, ToolOutcome
 from tavern_agent.core.tool_ids import WORLDINFO_READ_ACTIVATED
@@ -13,9 +14,9 @@ from tavern_agent.tools.builtin.chat import (
     CHAT_ONLY,
     ITEM_CHARS,
     ITEM_LINES,
-    MAX_ITEMS,
     PastTheEnd,
     continuation,
+    item_list,
     segment,
 )
 from tavern_agent.tools.builtin.registry import builtin_tool
@@ -28,27 +29,18 @@ from tavern_agent.tools.context import CallContext
         "World info entries active for this reply. No arguments: an index; "
         "with entries: their text."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "entries": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": MAX_ITEMS,
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "ref": {"type": "string", "description": "From the index."},
-                        "offset": {"type": "integer", "minimum": 1},
-                        "limit": {"type": "integer", "minimum": 1},
-                    },
-                    "required": ["ref"],
-                    "additionalProperties": False,
+    parameters=object_schema(
+        {
+            "entries": item_list(
+                {
+                    "ref": {"type": "string", "description": "From the index."},
+                    "offset": {"type": "integer", "minimum": 1},
+                    "limit": {"type": "integer", "minimum": 1},
                 },
-            }
-        },
-        "additionalProperties": False,
-    },
+                "ref",
+            )
+        }
+    ),
     scenes=CHAT_ONLY,
     repeatable=True,
 )
