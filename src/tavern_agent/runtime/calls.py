@@ -8,7 +8,10 @@ applied (:mod:`tavern_agent.runtime.effects`), and its result is stored in the
 journal and fed back. A call that a finishing call must follow, or a second
 handoff, is refused without running (the policy's rules). At the turn's end
 the main line may auto-publish, the budget rule may stop the run, and the
-journal is synced once.
+journal is synced once. A child running as a task of this process shares its
+barriers with the rest of the family: its turn's end is made durable by the
+family's next barrier, and its calls that must not be repeated wait for a sync
+shared with the children asking at the same moment (the journal's group commit).
 
 A call journaled as started that has no result (the process was killed) is
 never run again: it gets the "outcome unknown" result, or the commit result
@@ -204,9 +207,18 @@ class CallRunner(RunPart):
                 stop = self._stuck(inv)
             if stop is not None and isinstance(step, NextRound):
                 step = stop
-        self.journal.sync()  # the end of a turn: one barrier for its repeatable calls
+        # The end of a turn: one barrier for its repeatable calls. A child's waits for
+        # the family's next barrier (its parent's turn end, any call that must not be
+        # repeated, the run's end): a power loss before that costs only work to redo.
+        if not self._grouped(inv):
+            self.journal.sync()
         self.checkpoints.save(self.run.invocations)
         return step
+
+    def _grouped(self, inv: Invocation) -> bool:
+        """Whether ``inv``'s barriers are group commits: a child run as a task of this
+        process (a durable engine's step must end durable, so it syncs at once)."""
+        return inv.is_child and self.tasks.background
 
     def _stuck(self, inv: Invocation) -> Stopped | None:
         """The repeated-mistakes rule at the end of a turn in which a call failed."""
@@ -264,10 +276,14 @@ class CallRunner(RunPart):
         else:
             # A call whose effect must not be repeated blindly is preceded by a
             # barrier: after a power loss the journal then shows it as started.
+            barrier = binding is None or binding.tool_id not in self._repeatable
+            grouped = barrier and self._grouped(inv)
             self.journal.write(
                 ev.ToolCallStarted(call_id=rc.call_id, invocation_id=inv.id, round=number),
-                sync=binding is None or binding.tool_id not in self._repeatable,
+                sync=barrier and not grouped,
             )
+            if grouped:  # children starting such calls together share one fsync
+                await self.journal.synced()
             executed = await inv.gate.handle(rc.call, round=number)
             effect = executed.effect
             result, after = await self.effects.apply(

@@ -178,6 +178,7 @@ async def HANDOFF(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     ),
     finishing=True,
     child_only=True,
+    repeatable=True,  # its result lives in the journal and a summary file rewritten whole
 )
 async def TASK_RETURN(args: dict[str, Any], ctx: CallContext) -> ToolOutcome:
     """``task.return``: a delegated child's result for its caller; ends the child's work."""

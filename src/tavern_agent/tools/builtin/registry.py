@@ -50,9 +50,10 @@ class BuiltinTool:
     - ``child_only``: only a delegated child gets it (added to its snapshot;
       a profile cannot list it);
     - ``repeatable``: running it again after a power loss is harmless (it
-      reads, or changes only caches, or starts a child agent, whose records
-      are not kept across a crash anyway); the run loop does not make its
-      journal durable before such a call (one fsync per round, not per call).
+      reads, or changes only caches, starts a child agent or returns a
+      child's result, whose records are the journal's own); the run loop does
+      not make its journal durable before such a call (one fsync per round,
+      not per call).
 
     ``describe``, when set, writes the description for one snapshot (the
     profile's limits, the scene's folders, the other tools' names); the
