@@ -28,7 +28,7 @@ import threading
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, get_args, get_type_hints
+from typing import Any, Required, TypedDict, TypeVar, Unpack, get_args, get_type_hints
 
 from pydantic import ConfigDict, ValidationError, create_model
 
@@ -275,6 +275,17 @@ async def _bounded(work: Awaitable[Any], cancelled: asyncio.Event, timeout: floa
             task.cancel()
 
 
+class ToolSpec(TypedDict, total=False):
+    """What :meth:`ExtensionRegistry.register` takes besides the function."""
+
+    extension_id: Required[str]
+    name: Required[str]
+    description: Required[str]
+    scenes: Iterable[Scene | str]
+    parameters: Mapping[str, Any] | None
+    enabled: bool
+
+
 @dataclass
 class ExtensionRegistry(RegisteredTools[PythonTool]):
     """Python-registered extension tools: the :class:`ExtensionTools` port for this process.
@@ -287,28 +298,12 @@ class ExtensionRegistry(RegisteredTools[PythonTool]):
     tools: dict[ToolId, PythonTool] = field(default_factory=dict)
     call_timeout: float = DEFAULT_TIMEOUT
 
-    def tool(
-        self,
-        *,
-        extension_id: str,
-        name: str,
-        description: str,
-        scenes: Iterable[Scene | str] = (Scene.CHAT, Scene.SESSION),
-        parameters: Mapping[str, Any] | None = None,
-        enabled: bool = True,
-    ) -> Callable[[F], F]:
-        """Register the decorated function as ``extension/<extension_id>:<name>``."""
+    def tool(self, **spec: Unpack[ToolSpec]) -> Callable[[F], F]:
+        """Register the decorated function as ``extension/<extension_id>:<name>``
+        (``spec``: the keywords of :meth:`register`)."""
 
         def decorate(function: F) -> F:
-            self.register(
-                function,
-                extension_id=extension_id,
-                name=name,
-                description=description,
-                scenes=scenes,
-                parameters=parameters,
-                enabled=enabled,
-            )
+            self.register(function, **spec)
             return function
 
         return decorate
