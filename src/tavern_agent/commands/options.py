@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -224,30 +225,32 @@ def chat_source_from_files(
     return ChatSource(chat_file, books, card, seed, world_info_settings(), character_file=stem)
 
 
-def chat_source(
-    st_data: Path | None,
-    chat: str | None,
-    *,
-    character: str | None,
-    group: str | None,
-    world_files: tuple[Path, ...],
-    seed: int | None,
-) -> ChatSource | None:
-    """The chat side of ``run`` and ``call``: a SillyTavern folder, or files one by one.
+@dataclass(frozen=True)
+class ChatFlags:
+    """The options of ``run`` and ``call`` that name a chat: a SillyTavern folder
+    (``--st-data``, ``--group``), or a chat file, card and lorebooks one by one."""
 
-    ``None`` when neither names a chat (a session run, a call without a chat).
-    """
-    if st_data is not None:
-        return st_data_source(
-            st_data,
-            character=character,
-            chat=chat,
-            group=group,
-            extra_worlds=world_files,
-            seed=seed,
-        )
-    if group is not None:
-        raise click.UsageError("--group needs --st-data")
-    if chat is None:
-        return None
-    return chat_source_from_files(Path(chat), character, world_files, seed)
+    st_data: Path | None
+    chat: str | None
+    character: str | None
+    group: str | None
+    world_files: tuple[Path, ...]
+    seed: int | None
+
+    def chat_source(self) -> ChatSource | None:
+        """The chat these options name; ``None`` when they name none (a session run, a
+        call without a chat)."""
+        if self.st_data is not None:
+            return st_data_source(
+                self.st_data,
+                character=self.character,
+                chat=self.chat,
+                group=self.group,
+                extra_worlds=self.world_files,
+                seed=self.seed,
+            )
+        if self.group is not None:
+            raise click.UsageError("--group needs --st-data")
+        if self.chat is None:
+            return None
+        return chat_source_from_files(Path(self.chat), self.character, self.world_files, self.seed)

@@ -21,7 +21,7 @@ from tavern_agent.assembly import Assembly
 from tavern_agent.chat import progress as index_progress
 from tavern_agent.chat.formats import ChatFormatError
 from tavern_agent.commands.options import (
-    chat_source,
+    ChatFlags,
     compat_option,
     context_window_option,
     mcp_ask_option,
@@ -134,7 +134,7 @@ def temporal_options(f: Any) -> Any:
 
 
 @click.command("run")
-@click.argument("chat_file", required=False)
+@click.argument("chat", metavar="[CHAT_FILE]", required=False)
 @click.option(
     "--character",
     default=None,
@@ -142,7 +142,10 @@ def temporal_options(f: Any) -> Any:
     help="A character card file; with --st-data, the character's name.",
 )
 @click.option(
-    "--world", "worlds", multiple=True, type=click.Path(path_type=Path, dir_okay=False, exists=True)
+    "--world",
+    "world_files",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
 )
 @world_info_options
 @click.option("--profile", "profile_spec", default="default-writer", show_default=True)
@@ -213,14 +216,9 @@ def run_command(ctx: click.Context, /, **flags: Any) -> None:
 
 
 @dataclass(frozen=True)
-class RunFlags:
+class RunFlags(ChatFlags):
     """The arguments and options of one ``run`` command, as click parsed them."""
 
-    chat_file: str | None
-    character: str | None
-    worlds: tuple[Path, ...]
-    st_data: Path | None
-    group: str | None
     profile_spec: str
     model: str | None
     replay: Path | None
@@ -232,7 +230,6 @@ class RunFlags:
     api_key_env: str
     compat: str | None
     context_window: int | None
-    seed: int | None
     mcp_ask: str
     engine_name: str
     temporal: str | None
@@ -282,18 +279,11 @@ def _to_resume(data_dir: Path, resume_id: str) -> Start:
 
 def _new_run(data_dir: Path, flags: RunFlags) -> Start:
     """The spec of a new run from the flags, and the gateway to its model."""
-    if flags.chat_file is None and flags.session is None and flags.st_data is None:
+    if flags.chat is None and flags.session is None and flags.st_data is None:
         raise click.UsageError("give CHAT_FILE, --st-data DIR, --session NAME or --resume RUN")
     with usage_error(ProfileError):
         profile: Profile = resolve_profile(flags.profile_spec, data_dir)
-    source = chat_source(
-        flags.st_data,
-        flags.chat_file,
-        character=flags.character,
-        group=flags.group,
-        world_files=flags.worlds,
-        seed=flags.seed,
-    )
+    source = flags.chat_source()
     gateway, record = flags.model_gateway()
     spec = RunSpec(
         profile,

@@ -19,7 +19,7 @@ from tavern_agent.chat import progress as index_progress
 from tavern_agent.chat.formats import ChatFormatError
 from tavern_agent.chat.run_input import ChatRun
 from tavern_agent.commands.options import (
-    chat_source,
+    ChatFlags,
     chosen_profile,
     mcp_ask_option,
     on_every_source,
@@ -206,7 +206,7 @@ def call_command(ctx: click.Context, /, **flags: Any) -> None:
 
 
 @dataclass(frozen=True)
-class CallFlags:
+class CallFlags(ChatFlags):
     """The arguments and options of one ``call`` command, as click parsed them."""
 
     name: str
@@ -215,13 +215,7 @@ class CallFlags:
     workspace: Path | None
     scene: str
     protocol: str
-    seed: int | None
     as_json: bool
-    chat: str | None
-    world_files: tuple[Path, ...]
-    character: str | None
-    st_data: Path | None
-    group: str | None
     run_id: str | None
     mcp_ask: str
 
@@ -234,14 +228,7 @@ def _call_source(flags: CallFlags) -> ChatSource | None:
         and (flags.world_files or flags.character or flags.run_id)
     ):
         raise click.UsageError("--world, --character and --run need --chat (or --st-data)")
-    return chat_source(
-        flags.st_data,
-        flags.chat,
-        character=flags.character,
-        group=flags.group,
-        world_files=flags.world_files,
-        seed=flags.seed,
-    )
+    return flags.chat_source()
 
 
 async def _send(
