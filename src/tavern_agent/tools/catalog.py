@@ -176,18 +176,13 @@ class PreparedTools:
     diagnostics: tuple[str, ...]
 
 
+@dataclass(eq=False)
 class ToolCatalog:
     """Every tool that exists, from all three sources."""
 
-    def __init__(
-        self,
-        builtins: BuiltinRegistry,
-        mcp: McpCatalog | None = None,
-        extensions: ExtensionTools | None = None,
-    ) -> None:
-        self.builtins = builtins
-        self.mcp = mcp
-        self.extensions = extensions
+    builtins: BuiltinRegistry
+    mcp: McpCatalog | None = None
+    extensions: ExtensionTools | None = None
 
     def source_for(self, kind: ToolKind) -> ExternalToolSource | None:
         """The external source of ``kind``'s tools (MCP or extensions), if any."""
