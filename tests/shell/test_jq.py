@@ -67,9 +67,12 @@ async def test_a_file_above_bashkits_32_mb_value_cap(ws: Workspace, agent: Agent
 async def test_isolation(party: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TAVERN_HOST_SECRET", "s3cret")  # the host's, never the sandbox's
     env = await sh(
-        party, "export MINE=1 LD_PRELOAD=/nope.so; jq -n -c '[$ENV.MINE, $ENV.TAVERN_HOST_SECRET]'"
+        party,
+        "export MINE=1 LD_PRELOAD=/nope.so; "
+        "jq -n -c '[$ENV.MINE, $ENV.TAVERN_HOST_SECRET, $ENV.GLIBC_TUNABLES, env.GLIBC_TUNABLES]'",
     )
-    assert env.content.endswith('stdout:\n["1",null]\nstderr: (empty)'), env.content
+    # GLIBC_TUNABLES is set for the worker's allocator only, never shown to the program.
+    assert env.content.endswith('stdout:\n["1",null,null,null]\nstderr: (empty)'), env.content
     for program in ('import "a" as a; .', 'include "a"; .', "modulemeta"):
         refused = await sh(party, f"jq '{program}' /scratch/party.json")
         assert "not available in this sandbox" in refused.content, program

@@ -1,13 +1,14 @@
 """The child process behind the shell's ``jq``: libjq (PyPI ``jq``) on one request.
 
-Run as a script (``python -I jq_worker.py MEMORY_BYTES CPU_SECONDS``) by
+Run as a script (``python -I jq_worker.py MEMORY_BYTES CPU_SECONDS INPUT_FD``) by
 :mod:`tavern_agent.tools.builtin.shell_jq`, with a fixed minimal environment.
 It first limits its own address space and CPU time, then takes the sandbox's
 environment variables from the request (what jq's ``env`` and ``$ENV`` show;
 set after start-up, so none of them changes how this process was loaded). It
 imports nothing from tavern-agent, so it starts in milliseconds.
 
-stdin: one JSON line with the filter, options and environment, then the input text.
+stdin: one JSON line with the filter, options and environment; the descriptor
+INPUT_FD: the input text (a file, read in one go).
 stdout: the outputs as the jq command prints them; stderr: jq's messages.
 Exit status as jq's: 0, 1 or 4 with ``-e``, 2 usage, 3 compile error, 5 runtime error.
 """
@@ -58,14 +59,15 @@ def dump(value: Any, opts: dict[str, Any]) -> str:
 
 def main() -> int:
     """Run one jq filter under memory and CPU limits: the request on stdin's
-    first line, the input after it; the exit status says how it went."""
-    memory, cpu = int(sys.argv[1]), int(sys.argv[2])
+    first line, the input from ``INPUT_FD``; the exit status says how it went."""
+    memory, cpu, input_fd = (int(arg) for arg in sys.argv[1:4])
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
     request = json.loads(sys.stdin.buffer.readline())
     os.environ.clear()
     os.environ.update(request["env"])
-    data = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+    with open(input_fd, "rb", buffering=0) as source:
+        data = source.read().decode("utf-8", errors="replace")
     opts = request["options"]
     try:
         program = jq.compile(request["filter"], args=request["args"])
