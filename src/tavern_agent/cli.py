@@ -51,7 +51,7 @@ def cli(ctx: click.Context, data_dir: Path | None, ext_modules: tuple[str, ...])
     List the tools a profile offers a model, or send one call through the
     same gate, dispatch and result steps a real run uses.
     """
-    ctx.obj = {"data_dir": data_dir or default_data_dir()}
+    ctx.obj = {"data_dir": data_dir or default_data_dir(), "ext_modules": ext_modules}
     load_modules(ext_modules)
 
 

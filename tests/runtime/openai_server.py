@@ -4,14 +4,16 @@ It answers ``POST /v1/chat/completions`` with server-sent events. Which turn it
 plays is the number of assistant messages in the request's history, so the
 answer follows the conversation, as a real server's would. ``fail_first``
 makes the first N requests answer 503 (to exercise retries); ``pause_once_at``
-holds the first request for one turn unanswered (to kill the client mid-run). Every request
-body is kept in ``bodies``.
+holds the first request for one turn unanswered (to kill the client mid-run); ``delay``
+seconds pass before each answer (a model that thinks). Every request body is kept in
+``bodies``.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -29,8 +31,10 @@ class OpenAIServer(LoopbackServer):
         fail_first: int = 0,
         hang: bool = False,
         pause_once_at: int | None = None,
+        delay: float = 0.0,
     ) -> None:
         self.turns = list(turns)
+        self.delay = delay
         self.hang = hang
         # The first request for turn `pause_once_at` sets `paused` and gets no answer
         # (until the server closes): a test kills its client meanwhile.
@@ -72,6 +76,8 @@ class OpenAIServer(LoopbackServer):
                     server.release.wait(60)
                     self.close_connection = True
                     return
+                if server.delay:
+                    time.sleep(server.delay)
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("connection", "close")

@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from tavern_agent.endpoint.serve import EndpointOptions
 
 
-def endpoint_options(data_dir: Path, flags: ServeFlags) -> EndpointOptions:
+def endpoint_options(
+    data_dir: Path, flags: ServeFlags, ext_modules: tuple[str, ...] = ()
+) -> EndpointOptions:
     """The agent endpoint's options from ``serve``'s flags, checked before anything listens."""
     # Starlette only when the endpoint is served
     from tavern_agent.endpoint.app import EndpointSettings
@@ -33,6 +35,7 @@ def endpoint_options(data_dir: Path, flags: ServeFlags) -> EndpointOptions:
     from tavern_agent.endpoint.protocol import Names
     from tavern_agent.endpoint.serve import EndpointOptions
     from tavern_agent.endpoint.server import EndpointServer
+    from tavern_agent.endpoint.workers import default_workers
 
     if flags.model is not None and flags.replay is not None:
         raise click.UsageError("--model and --replay exclude each other")
@@ -46,16 +49,17 @@ def endpoint_options(data_dir: Path, flags: ServeFlags) -> EndpointOptions:
             note = f"{key}  (shown once; kept in {where})" if created else f"in {where}"
     except EndpointKeyError as exc:
         raise click.UsageError(str(exc)) from None
+    gateway_flags: dict[str, Any] = {
+        "model": flags.model,
+        "replay": flags.replay,
+        "base_url": flags.base_url,
+        "protocol": flags.protocol,
+        "api_key_env": flags.api_key_env,
+        "compat": flags.compat,
+        "context_window": flags.context_window,
+    }
     with usage_error(ModelChoiceError):
-        gateway, record = model_gateway(
-            flags.model,
-            flags.replay,
-            flags.base_url,
-            flags.protocol,
-            flags.api_key_env,
-            compat=flags.compat,
-            context_window=flags.context_window,
-        )
+        gateway, record = model_gateway(**gateway_flags)
     try:
         server = EndpointServer(host, port)
     except OSError as exc:
@@ -78,6 +82,9 @@ def endpoint_options(data_dir: Path, flags: ServeFlags) -> EndpointOptions:
         note,
         server,
         Names(user, character),
+        workers=flags.workers or default_workers(),
+        gateway_flags=gateway_flags,
+        ext_modules=ext_modules,
     )
 
 
@@ -158,6 +165,14 @@ def endpoint_options(data_dir: Path, flags: ServeFlags) -> EndpointOptions:
     help="Endpoint runs at once; more get 503 with Retry-After.",
 )
 @click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Processes the endpoint's runs are spread over (default: the number of cores); "
+    "they share the data root and --max-concurrent-runs. 1 runs them in the serving "
+    "process.",
+)
+@click.option(
     "--user-name",
     default=None,
     help="The user's name in endpoint chats when a request does not say it.",
@@ -199,7 +214,7 @@ def serve_command(ctx: click.Context, /, **flags: Any) -> None:
     files = HostFiles(data_dir)
     options: EndpointOptions | None = None
     if given.model is not None or given.replay is not None:
-        options = endpoint_options(data_dir, given)
+        options = endpoint_options(data_dir, given, ctx.obj.get("ext_modules", ()))
     asyncio.run(_serve(files, given, options, lock))
 
 
@@ -222,6 +237,7 @@ class ServeFlags:
     host: str
     endpoint_key_env: str | None
     max_concurrent_runs: int
+    workers: int | None
     user_name: str | None
     character_name: str | None
     heartbeat: float

@@ -61,16 +61,9 @@ from tavern_agent.endpoint.protocol import (
     without_speaker,
 )
 from tavern_agent.endpoint.run_page import RunPages
-from tavern_agent.endpoint.runs import (
-    AgentService,
-    RunProgress,
-    profile_for,
-    profile_ids,
-)
+from tavern_agent.endpoint.runs import RunOutcome, RunService, profile_for, profile_ids
 from tavern_agent.extensions.host import LOOPBACK_HOSTS, host_name
-from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import new_run_id
-from tavern_agent.runtime.summary import committed_message
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +100,7 @@ def refusal(exc: RequestError) -> JSONResponse:
 class Endpoint:
     """The routes' state: the service that runs requests, the key and the run slots."""
 
-    service: AgentService
+    service: RunService
     settings: EndpointSettings
     active: int = 0  # requests admitted whose run has not ended
     running: set[str] = field(default_factory=set)  # their run ids, for the run page
@@ -208,12 +201,12 @@ class RunResponse(Response):
         service = self.endpoint.service
         lines: asyncio.Queue[str | None] = asyncio.Queue()
         stream = self.request.stream
-        progress = RunProgress(lines.put_nowait if stream else None)
         run_id = new_run_id()
         if stream:  # the client sees the answer begin before the run's input is prepared
             await self._open_stream(send, run_id)
         try:
-            engine = await service.start(self.chat, self.profile, progress, run_id)
+            on_line = lines.put_nowait if stream else None
+            task = await service.begin(self.chat, self.profile, on_line, run_id)
         except (OSError, ValueError) as exc:
             log.warning("agent endpoint: cannot start a run: %s", exc)
             text = f"The run could not start: {exc}"
@@ -224,13 +217,8 @@ class RunResponse(Response):
                 await JSONResponse(body, 500)(scope, receive, send)
             return
         self.endpoint.running.add(run_id)
-        task = asyncio.create_task(engine.start())
         task.add_done_callback(lambda _: lines.put_nowait(None))
-        answer = (
-            self._stream(task, engine, progress, lines, send)
-            if stream
-            else self._whole(task, engine, progress, send)
-        )
+        answer = self._stream(task, lines, send) if stream else self._whole(task, send)
         try:
             await until_disconnect(receive, answer)
         except OSError:  # the client went away while we were writing
@@ -240,31 +228,24 @@ class RunResponse(Response):
                 task.cancel()  # the loop journals run_cancelled and pairs pending calls
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            engine.close()
             self.endpoint.running.discard(run_id)
 
     # ------------------------------------------------------------ the two ways to answer
 
-    async def _whole(
-        self,
-        task: asyncio.Task[RunResult],
-        engine: Engine,
-        progress: RunProgress,
-        send: Send,
-    ) -> None:
-        result = await task
-        message = self._reply(engine, result)
+    async def _whole(self, task: asyncio.Task[RunOutcome], send: Send) -> None:
+        outcome = await task
+        message = self._reply(outcome)
         if message is None:
-            status, body = failure(result)
+            status, body = failure(outcome)
             response: Response = JSONResponse(body, status)
         else:
-            payload = completion(self.cid, self.created, self.model, message, progress.usage)
-            response = JSONResponse(payload, headers={"X-Tavern-Agent-Run": result.run_id})
+            payload = completion(self.cid, self.created, self.model, message, outcome.usage)
+            response = JSONResponse(payload, headers={"X-Tavern-Agent-Run": outcome.run_id})
         await response({"type": "http"}, _no_receive, send)
 
-    def _reply(self, engine: Engine, result: RunResult) -> str | None:
+    def _reply(self, outcome: RunOutcome) -> str | None:
         """The committed message, without a ``Name: `` the frontend adds itself."""
-        message = committed_message(engine.run, result)
+        message = outcome.reply
         return None if message is None else without_speaker(message, self.chat.character)
 
     def _chunk(self, delta: dict[str, Any], **more: Any) -> dict[str, Any]:
@@ -291,12 +272,7 @@ class RunResponse(Response):
         return error | self._chunk({}, finish_reason="stop")
 
     async def _stream(
-        self,
-        task: asyncio.Task[RunResult],
-        engine: Engine,
-        progress: RunProgress,
-        lines: asyncio.Queue[str | None],
-        send: Send,
+        self, task: asyncio.Task[RunOutcome], lines: asyncio.Queue[str | None], send: Send
     ) -> None:
         heartbeat = self.endpoint.settings.heartbeat_seconds
         ended = False
@@ -316,15 +292,15 @@ class RunResponse(Response):
                 batch += [] if more is None else [more]
             events = (self._chunk({"reasoning_content": text + "\n"}) for text in batch)
             await _write(send, b"".join(map(sse, events)))
-        result = task.result()
-        message = self._reply(engine, result)
+        outcome = task.result()
+        message = self._reply(outcome)
         if message is None:
-            await self._close_stream(send, self._error_event(failure(result)[1]))
+            await self._close_stream(send, self._error_event(failure(outcome)[1]))
             return
         await self._close_stream(
             send,
             self._chunk({"content": message}),
-            self._chunk({}, finish_reason="stop", usage=progress.usage),
+            self._chunk({}, finish_reason="stop", usage=outcome.usage),
         )
 
 
@@ -338,7 +314,7 @@ def sse(data: Any) -> bytes:
     return f"data: {text}\n\n".encode()
 
 
-def failure(result: RunResult) -> tuple[int, dict[str, Any]]:
+def failure(result: RunOutcome) -> tuple[int, dict[str, Any]]:
     """The status and error body for a run that ended without a committed message."""
     code = result.error_code or "run.no_commit"
     why = result.message or "the agent finished without committing a message"
@@ -439,7 +415,7 @@ def _server_error(request: Request, exc: Exception) -> Response:
     return error_response(500, "Internal error; see the server log.", "server_error", "internal")
 
 
-def create_app(service: AgentService, settings: EndpointSettings) -> ASGIApp:
+def create_app(service: RunService, settings: EndpointSettings) -> ASGIApp:
     """The endpoint's ASGI app (wrap nothing around it: it collapses slashes and checks origins)."""
     endpoint = Endpoint(service, settings)
     handler: Callable[[Request], Awaitable[Response]]

@@ -14,11 +14,12 @@ run that ``tavern-agent runs list`` shows. The reply is the committed message.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly
@@ -37,9 +38,11 @@ from tavern_agent.endpoint.protocol import (
 from tavern_agent.fsutil import atomic_write
 from tavern_agent.providers.gateway import ModelGateway
 from tavern_agent.runtime import events as ev
+from tavern_agent.runtime.endings import RunResult
 from tavern_agent.runtime.journal import JournalRecord
 from tavern_agent.runtime.loop import Engine
 from tavern_agent.runtime.run import Run, RunSpec, new_run_id
+from tavern_agent.runtime.summary import committed_message
 from tavern_agent.workspace.layout import chat_workspace_id
 
 DEFAULT_PROFILE = "default-writer"
@@ -131,9 +134,49 @@ def progress_line(outcome: ev.ToolCallEnded) -> str:
     return f"✓ {name}: {message}"
 
 
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a request's answer needs of its ended run (plain values: it crosses processes)."""
+
+    run_id: str
+    status: str
+    error_code: str | None = None
+    message: str = ""  # why it ended without a reply, when it did
+    reply: str | None = None  # the committed message, as the chat file holds it
+    usage: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, engine: Engine, result: RunResult, usage: dict[str, int]) -> RunOutcome:
+        """The outcome of ``engine``'s ended run."""
+        reply = committed_message(engine.run, result)
+        return cls(result.run_id, result.status, result.error_code, result.message, reply, usage)
+
+
+OnLine = Callable[[str], None]
+
+
+class RunService(Protocol):
+    """Starts a request's run; where the run's CPU is spent is the service's business."""
+
+    @property
+    def data_dir(self) -> Path:
+        """The data folder the runs live in."""
+
+    @property
+    def names(self) -> Names:
+        """``serve --user-name`` / ``--character-name``."""
+
+    async def begin(
+        self, chat: FrontendChat, profile: Profile, on_line: OnLine | None, run_id: str
+    ) -> asyncio.Task[RunOutcome]:
+        """Start the run; the task ends with its outcome, and cancelling it cancels the run
+        (the task ends once the run has journaled that). Raises ``OSError`` or
+        ``ValueError`` when the run cannot start."""
+
+
 @dataclass
 class AgentService:
-    """Runs requests on one assembly and one upstream gateway (one per ``serve`` process)."""
+    """Runs requests on one assembly and one upstream gateway, in this process."""
 
     assembly: Assembly
     gateway: ModelGateway
@@ -171,3 +214,19 @@ class AgentService:
         )
         run = await Run.astart(self.assembly, spec, run_id)
         return Engine(run, self.gateway, listeners=(progress,), fsync=self.fsync)
+
+    async def begin(
+        self, chat: FrontendChat, profile: Profile, on_line: OnLine | None, run_id: str
+    ) -> asyncio.Task[RunOutcome]:
+        """Start the run on this process's event loop (see :class:`RunService`)."""
+        progress = RunProgress(on_line)
+        engine = await self.start(chat, profile, progress, run_id)
+        task = asyncio.create_task(drive(engine, progress))
+        task.add_done_callback(lambda _: engine.close())  # even if cancelled before it began
+        return task
+
+
+async def drive(engine: Engine, progress: RunProgress) -> RunOutcome:
+    """Run ``engine`` to its end (a cancel is journaled by the loop) and read its reply."""
+    result = await engine.start()
+    return RunOutcome.of(engine, result, progress.usage)
