@@ -11,6 +11,7 @@ from typing import Any
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from tavern_agent.chat.formats import parse_chat
@@ -82,8 +83,39 @@ async def cli_text(data: Path, *args: str, timeout: float = CLI_LIMIT) -> str:
     return out.decode().strip()
 
 
+LOCAL_ACTIVITY_MARKER = "core_local_activity"  # the SDK's marker of a local activity's result
+
+
+def _activities(history: WorkflowHistory) -> list[tuple[str, bool, str]]:
+    """The history's activities in order: (name, local, identity of the worker that ran it).
+
+    A local activity is a marker recorded with the workflow task of the worker that
+    ran it (the identity of that task's completion).
+    """
+    found: list[tuple[str, bool, str]] = []
+    scheduled: dict[int, str] = {}
+    task_worker = ""
+    for event in history.events:
+        if event.HasField("workflow_task_completed_event_attributes"):
+            task_worker = event.workflow_task_completed_event_attributes.identity
+        elif event.HasField("activity_task_scheduled_event_attributes"):
+            scheduled[event.event_id] = (
+                event.activity_task_scheduled_event_attributes.activity_type.name
+            )
+        elif event.HasField("activity_task_started_event_attributes"):
+            started = event.activity_task_started_event_attributes
+            found.append((scheduled[started.scheduled_event_id], False, started.identity))
+        elif event.HasField("marker_recorded_event_attributes"):
+            marker = event.marker_recorded_event_attributes
+            if marker.marker_name == LOCAL_ACTIVITY_MARKER:
+                data = json.loads(marker.details["data"].payloads[0].data)
+                found.append((data["activity_type"], True, task_worker))
+    return found
+
+
 async def steps_by_worker(address: str, run_ids: list[str]) -> dict[int, set[str]]:
-    """For each worker process id, the runs it took a step of (from the workflow histories).
+    """For each worker process id, the runs it took a step of (from the workflow histories:
+    its activities, local or scheduled by the server).
 
     A worker's identity is ``pid@host``, the SDK's default.
     """
@@ -91,21 +123,18 @@ async def steps_by_worker(address: str, run_ids: list[str]) -> dict[int, set[str
     runs: dict[int, set[str]] = {}
     for run_id in run_ids:
         history = await client.get_workflow_handle(run_id).fetch_history()
-        for event in history.events:
-            if event.HasField("activity_task_started_event_attributes"):
-                identity = event.activity_task_started_event_attributes.identity
-                runs.setdefault(int(identity.split("@")[0]), set()).add(run_id)
+        for _, _, identity in _activities(history):
+            runs.setdefault(int(identity.split("@")[0]), set()).add(run_id)
     return runs
 
 
-async def activity_types(address: str, run_id: str) -> list[str]:
-    """The names of the activities the run's workflow scheduled, in order."""
+async def activity_types(address: str, run_id: str, *, local: bool | None = None) -> list[str]:
+    """The names of the activities the run's workflow ran, in order (``local``: only the
+    local ones, or only those the server scheduled; None: both)."""
     client = await connect(address)
     history = await client.get_workflow_handle(run_id).fetch_history()
     return [
-        event.activity_task_scheduled_event_attributes.activity_type.name
-        for event in history.events
-        if event.HasField("activity_task_scheduled_event_attributes")
+        name for name, is_local, _ in _activities(history) if local is None or is_local is local
     ]
 
 

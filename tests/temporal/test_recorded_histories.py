@@ -20,9 +20,11 @@ HISTORIES = Path(__file__).resolve().parents[1] / "data" / "temporal-histories"
 
 
 # run-completed and run-cancelled-mid-step: one activity per step (a model request, or
-# a whole turn's calls); run-completed-per-call: one per model request and per call.
+# a whole turn's calls); run-completed-per-call: one per model request and per call;
+# run-completed-local: the same, the model requests and quick calls local activities.
 @pytest.mark.parametrize(
-    "name", ["run-completed", "run-cancelled-mid-step", "run-completed-per-call"]
+    "name",
+    ["run-completed", "run-cancelled-mid-step", "run-completed-per-call", "run-completed-local"],
 )
 def test_a_recorded_history_replays_on_today_s_workflow(name: str) -> None:
     text = (HISTORIES / f"{name}.json").read_text(encoding="utf-8")

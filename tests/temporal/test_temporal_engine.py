@@ -106,15 +106,17 @@ def test_the_recorded_run_on_temporal_matches_the_local_engine(
     workers = Workers(temporal_server, data, "same-journal")
     workers.start()
 
-    async def both() -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    async def both() -> tuple[dict[str, Any], dict[str, Any], list[str], list[str]]:
         # Its own data root: the same chat on one root shares its persist/ notes.
         local = await cli_json(tmp_path / "local", *example_run_args(tmp_path, "local"))
         remote_args = example_run_args(tmp_path, "remote")
         remote = await cli_json(data, *remote_args, *on_temporal(temporal_server, "same-journal"))
-        return local, remote, await activity_types(temporal_server, remote["runId"])
+        run_id = remote["runId"]
+        scheduled = await activity_types(temporal_server, run_id, local=False)
+        return local, remote, await activity_types(temporal_server, run_id), scheduled
 
     try:
-        local, remote, activities = asyncio.run(both())
+        local, remote, activities, scheduled = asyncio.run(both())
     finally:
         workers.stop_all()
     assert remote["status"] == local["status"] == "completed"
@@ -128,6 +130,11 @@ def test_the_recorded_run_on_temporal_matches_the_local_engine(
     assert activities.count("model_request") == events.count("model_request") == 8
     assert activities.count("tool_call") == calls == 15
     assert len(activities) == 8 + 15
+    # Local activities but for the shell calls, which the server schedules (any worker
+    # may take them; a worker lost during one is found by its missing heartbeat).
+    shell_calls = payloads(Path(remote["runDir"]), "tool_call_requested")
+    shells = [p for p in shell_calls if p["name"] == "workspace_shell"]
+    assert scheduled == ["tool_call"] * len(shells) and len(shells) == 3
 
 
 def test_a_long_run_continues_as_new_and_ends_as_on_the_local_engine(
@@ -151,7 +158,7 @@ def test_a_long_run_continues_as_new_and_ends_as_on_the_local_engine(
         workers.stop_all()
     assert (remote["status"], remote["commits"]) == ("completed", 3)
     assert kinds(Path(remote["runDir"])) == kinds(Path(local["runDir"]))
-    # 23 activities, about 6 history events each, 40 events a run
+    # a new workflow run after the first shell call, and again at each of the next two
     assert len(runs) >= 3, runs
     assert any(first is not None for first in runs), runs  # one began with a call
 

@@ -33,6 +33,7 @@ from temporalio import activity
 
 from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly
+from tavern_agent.core.ids import ToolId, ToolKind
 from tavern_agent.providers.choice import gateway_for
 from tavern_agent.providers.gateway import ModelGateway, ModelReply, ModelRequest
 from tavern_agent.providers.window import WindowFacts
@@ -53,6 +54,8 @@ from tavern_agent.temporal.workflow import (
 
 T = TypeVar("T")
 LOCK_POLL = 0.05  # seconds between tries of a run's step lock
+# Built-ins whose calls may run long: activities of their own, not local ones.
+LONG_BUILTINS = frozenset({ToolId.builtin("workspace.shell")})
 
 
 class RunLock:
@@ -156,7 +159,8 @@ def outcome_of(step: object, engine: Engine) -> StepOutcome:
     """
     live = [t.id for t in engine.agents.live()]
     if isinstance(step, NextCall):
-        return StepOutcome(kind="NextCall", live_tasks=live, call_id=step.call_id)
+        local = quick_call(engine.call_tool(step.call_id))
+        return StepOutcome(kind="NextCall", live_tasks=live, call_id=step.call_id, local=local)
     if isinstance(step, Awaiting):
         return StepOutcome(
             kind="Awaiting",
@@ -165,6 +169,7 @@ def outcome_of(step: object, engine: Engine) -> StepOutcome:
             wait_mode=step.mode,
             wait_ms=step.timeout_ms,
             call_id=step.call_id,  # answered by the next activity, once the wait is over
+            local=quick_call(engine.call_tool(step.call_id)),
         )
     if not isinstance(step, RunResult):
         return StepOutcome(kind=type(step).__name__, live_tasks=live)
@@ -178,6 +183,15 @@ def outcome_of(step: object, engine: Engine) -> StepOutcome:
         floor=step.floor,
         final_text=step.final_text,
     )
+
+
+def quick_call(tool: ToolId | None) -> bool:
+    """Whether a call of ``tool`` may run as a local activity: a built-in that runs in
+    the worker's process for a moment (not a shell command, which may run for minutes,
+    nor an MCP or extension tool, which answer when they answer). Such calls stay
+    activities the server schedules: any worker may take them, and a worker that
+    dies during one is found by its missing heartbeat."""
+    return tool is None or (tool.kind is ToolKind.BUILTIN and tool not in LONG_BUILTINS)
 
 
 @dataclass
@@ -374,7 +388,10 @@ class RunActivities:
 
     async def _heartbeat(self) -> None:
         # The heartbeat is how the server learns that this worker is alive (and how a
-        # cancellation reaches the step): a step may wait minutes on its model.
+        # cancellation reaches the step): a step may wait minutes on its model. A local
+        # activity has none: it lives and dies with its workflow task.
+        if activity.info().is_local:
+            return
         while True:
             activity.heartbeat()
             await asyncio.sleep(self.heartbeat_every)

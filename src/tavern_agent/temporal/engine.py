@@ -42,12 +42,16 @@ class TemporalEngine:
         task_queue: str | None = None,
         heartbeat_seconds: float = 10.0,
         activity_per_call: bool = True,
+        local_activities: bool = True,
         patience_seconds: float = PATIENCE_SECONDS,
         notice: Callable[[str], None] = log.warning,
     ) -> None:
         """``activity_per_call``: each model request and each tool call is an activity
         (the default); else one activity per step (a model request, or a whole turn's
-        calls), which saves round trips through the server. ``patience_seconds``: how
+        calls), which saves round trips through the server. ``local_activities``: model
+        requests and quick calls run as local activities on the worker that runs the
+        run's workflow (the default; shell commands and external tools stay activities
+        the server schedules); else every one is scheduled. ``patience_seconds``: how
         long a followed run may go without the server; ``notice`` says each retry."""
         try:
             from tavern_agent.temporal.workflow import DEFAULT_TASK_QUEUE
@@ -59,6 +63,7 @@ class TemporalEngine:
         self.task_queue = task_queue or DEFAULT_TASK_QUEUE
         self.heartbeat_seconds = heartbeat_seconds
         self.activity_per_call = activity_per_call
+        self.local_activities = local_activities
         self.patience_seconds = patience_seconds
         self.notice = notice
 
@@ -74,6 +79,7 @@ class TemporalEngine:
                 str(run.run_dir),
                 self.heartbeat_seconds,
                 activity_per_call=self.activity_per_call,
+                local_activities=self.local_activities,
             ),
             id=run.id,
             task_queue=self.task_queue,

@@ -97,6 +97,7 @@ async def serve(
             workflows=[RunWorkflow, TaskWorkflow],
             activities=activities.activities,
             max_concurrent_activities=concurrency,
+            max_concurrent_local_activities=concurrency,
             sticky_queue_schedule_to_start_timeout=STICKY_WAIT,
         )
         running = asyncio.ensure_future(worker.run())

@@ -4,8 +4,10 @@ A delegated task is a child workflow (:class:`TaskWorkflow`) whose steps are
 the ``task_step`` activity; the run's workflow starts one for each task its
 activities report live, and waits on them when a call ends at an ``agent_await``.
 
-Kept free of project imports so that the workflow sandbox (which re-imports a
-workflow's modules for each run) stays cheap and nothing in it can touch a file.
+Kept free of project imports, I/O, clocks and randomness, so that it is
+deterministic by construction: the workflows run outside the SDK's sandbox (which
+re-imports a workflow's modules for each run and checks each payload through it,
+about a fifth of a worker's CPU per run), and the tests replay recorded histories.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ TASK_STEP_ACTIVITY = "task_step"
 # request, or a whole turn's calls); their histories replay on that loop.
 STEP_ACTIVITY = "run_step"
 PER_CALL_PATCH = "activity-per-call"
+# Model requests and quick calls run as local activities (on the worker that runs the
+# workflow, no round trip through the server); histories from before replay without.
+LOCAL_PATCH = "local-activities"
 DEFAULT_TASK_QUEUE = "tavern-agent"
 # Errors that a retry on another worker cannot fix (the run's state is inconsistent).
 NOT_RETRIED = ["ResumeRefused", "RunNotFound"]
@@ -56,6 +61,11 @@ class RunInput:
     # False: one activity per step (a model request, or a whole turn's calls), the
     # loop of workflows started before the activity per call; fewer round trips.
     activity_per_call: bool = True
+    # Model requests and quick calls as local activities (see LOCAL_PATCH); False:
+    # each is an activity the server schedules, as before.
+    local_activities: bool = True
+    # Whether ``next_call`` may run as a local activity (StepOutcome.local).
+    next_local: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,9 @@ class StepOutcome:
     # NextCall, Awaiting: the call the next activity runs (an awaiting call is answered
     # by it once the wait is over).
     call_id: str | None = None
+    # Whether that call is quick (an in-process built-in, not a shell command or an
+    # external tool): it may run as a local activity.
+    local: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,7 +111,7 @@ class TaskInput:
     heartbeat_seconds: float = 10.0
 
 
-@workflow.defn(name=WORKFLOW_NAME)
+@workflow.defn(name=WORKFLOW_NAME, sandboxed=False)
 class RunWorkflow:
     """Runs the run's activities one after the other until it has ended.
 
@@ -134,23 +147,32 @@ class RunWorkflow:
         return ended
 
     async def _activities(self, params: RunInput, children: Children) -> StepOutcome:
-        next_call = params.next_call
+        # Input first: a workflow asked for server-scheduled activities records no marker.
+        local = params.local_activities and workflow.patched(LOCAL_PATCH)
+        next_call, next_local = params.next_call, params.next_local
         while True:
             if next_call is None:
-                outcome = await _activity(MODEL_ACTIVITY, params.run_dir, params, StepOutcome)
+                outcome = await _activity(
+                    MODEL_ACTIVITY, params.run_dir, params, StepOutcome, local=local
+                )
             else:
                 call = CallInput(params.run_dir, next_call)
-                outcome = await _activity(CALL_ACTIVITY, call, params, StepOutcome)
+                outcome = await _activity(
+                    CALL_ACTIVITY, call, params, StepOutcome, local=local and next_local
+                )
             if outcome.kind == "ended":
                 return outcome
             await children.start(outcome.live_tasks)
             if outcome.kind == "Awaiting":
                 await children.wait(outcome)
             next_call = outcome.call_id if outcome.kind in ("NextCall", "Awaiting") else None
+            next_local = outcome.local
             if workflow.info().is_continue_as_new_suggested() and not children.running():
                 # A long run's history grows with every activity: go on in a new one
                 # (not while child workflows run: they belong to this one).
-                workflow.continue_as_new(replace(params, next_call=next_call))
+                workflow.continue_as_new(
+                    replace(params, next_call=next_call, next_local=next_local)
+                )
 
     async def _steps(self, params: RunInput, children: Children) -> StepOutcome:
         """One activity per step: workflows started before the activity per call, and
@@ -165,9 +187,31 @@ class RunWorkflow:
 
 
 async def _activity(
-    name: str, arg: object, params: RunInput | TaskInput, result_type: type[T]
+    name: str,
+    arg: object,
+    params: RunInput | TaskInput,
+    result_type: type[T],
+    *,
+    local: bool = False,
 ) -> T:
-    """Run one of the run's (or a task's) activities, retried as the journal allows."""
+    """Run one of the run's (or a task's) activities, retried as the journal allows.
+
+    ``local``: as a local activity, on this worker, its result recorded with the
+    workflow task. A worker lost during one loses the workflow task too: the next
+    worker replays the history and runs the activity again, which goes on from the
+    journal as a retried activity does (a call journaled as started gets its
+    outcome-unknown result, a stored model reply is not asked for again).
+    """
+    if local:
+        done: T = await workflow.execute_local_activity(
+            name,
+            arg,
+            result_type=result_type,
+            start_to_close_timeout=timedelta(hours=1),
+            retry_policy=STEP_RETRY,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+        return done
     outcome: T = await workflow.execute_activity(
         name,
         arg,
@@ -232,7 +276,7 @@ class Children:
                 handle.cancel()
 
 
-@workflow.defn(name=TASK_WORKFLOW_NAME)
+@workflow.defn(name=TASK_WORKFLOW_NAME, sandboxed=False)
 class TaskWorkflow:
     """A delegated task: ``task_step`` until it has ended; returns its status."""
 
