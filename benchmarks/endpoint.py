@@ -1,24 +1,35 @@
-"""What the agent endpoint adds to a run: the same replayed run through HTTP and in-process.
+"""What the agent endpoint adds to a run, and how concurrent requests share the machine.
 
 A short run is recorded once with a scripted model on the example's chat and
 profile (round 1 reads two floors and writes the reply, round 2 commits,
 round 3 finishes); ``--recording example`` takes the example's recorded run
 instead (``examples/recorded-run``: 8 rounds, 13 calls including the shell).
-The recording is replayed by ``ReplayGateway`` both ways, with the journal
-fsync'd as by default:
+Every run journals with fsync, as by default. Three cases, each printed as a
+row of the goal table beside its baseline from the same run:
 
-* **in-process**, as ``tavern-agent run`` does it: ``Run.start`` on an
-  ``Assembly`` (opened once, as ``serve`` does) and ``Engine.start()``, then
-  the committed message read back;
-* **endpoint**: ``tavern-agent serve --replay`` in its own process, and a
-  streaming ``POST /v1/chat/completions`` with the chat's floors as messages,
-  timed to the first byte of the body and to the last (``[DONE]``).
+* **added per request**: the recording replayed by ``ReplayGateway``
+  in-process, as ``tavern-agent run`` does it (``Run.start`` on an
+  ``Assembly`` opened once, as ``serve`` does, and ``Engine.start()``, then
+  the committed message read back), interleaved with the same run through
+  ``tavern-agent serve --replay`` in its own process, a streaming ``POST
+  /v1/chat/completions`` with the chat's floors as messages, timed to the
+  first byte of the body and to the last (``[DONE]``). Added = endpoint last
+  byte − in-process (medians). Also the CPU ``serve`` (with its workers)
+  spends per request beyond the in-process run's CPU, which the machine's
+  load does not move.
+* **20 concurrent replayed runs** against one ``serve`` (default
+  ``--workers``: the number of cores), in × one request on the same server;
+  baseline: the same with ``--workers 1``.
+* **20 concurrent runs against a model that takes 300 ms per answer**: an
+  OpenAI chat server on 127.0.0.1 plays the short run's three turns (tool
+  calls streamed as llama.cpp sends them), each after 300 ms; ``serve --model
+  local --base-url`` it; × one request; baseline ``--workers 1``.
 
-Reported: medians and p90 of each, the endpoint's added time per request
-(endpoint last byte − in-process), and 20 concurrent requests against one.
-Goals: under 5 ms added per request at the median; 20 concurrent runs within
-2× the time of one.
-Run: ``python benchmarks/endpoint.py [--repeats N] [--concurrent N] [--recording example]``.
+The data roots live on tmpfs (``/dev/shm``) when there is one (``--disk``:
+under the temp folder): the fsyncs are still made, but a disk's fsync
+latency (tens of ms, varying with other writers) would drown a 3 ms
+difference. Run: ``python benchmarks/endpoint.py [--repeats N]
+[--concurrent N] [--recording example] [--disk] [--quick]``.
 """
 
 from __future__ import annotations
@@ -34,10 +45,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.runtime's model server
 
 from tavern_agent.assembly import Assembly
 from tavern_agent.chat.formats import parse_chat
@@ -47,21 +63,23 @@ from tavern_agent.runtime.loop import Engine
 from tavern_agent.runtime.run import Run, RunSpec
 from tavern_agent.runtime.scripted import ScriptedGateway, calls
 from tavern_agent.runtime.summary import committed_message
+from tests.runtime.openai_server import OpenAIServer
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 RECORDING = EXAMPLES / "recorded-run"
 PROFILE = EXAMPLES / "profile.json"
 CHAT = EXAMPLES / "chat.jsonl"
+UPSTREAM_SECONDS = 0.3
 
-
-SHORT_RUN = [
-    calls(
+TURNS: list[list[tuple[str, dict[str, Any]]]] = [
+    [
         ("chat_read_messages", {"floors": [{"floor": 0}, {"floor": 1}]}),
         ("workspace_write_file", {"file_path": "output/main.md", "content": "The ford is cold."}),
-    ),
-    calls(("workspace_commit", {"reason": "the reply"})),
-    calls(("workspace_finish", {})),
+    ],
+    [("workspace_commit", {"reason": "the reply"})],
+    [("workspace_finish", {})],
 ]
+SHORT_RUN = [calls(*turn) for turn in TURNS]
 
 
 def record_short_run(root: Path, profile: Profile) -> Path:
@@ -94,11 +112,12 @@ def messages() -> list[dict[str, Any]]:
 
 async def in_process(
     assembly: Assembly, recording: Path, profile: Profile, tmp: Path, index: int
-) -> float:
-    """One run as ``tavern-agent run`` drives it, on an assembly opened once (as serve does)."""
+) -> tuple[float, float]:
+    """One run as ``tavern-agent run`` drives it, on an assembly opened once (as serve does):
+    its wall time and its CPU time."""
     chat = tmp / f"chat-{index}.jsonl"
     shutil.copyfile(CHAT, chat)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     run = Run.start(assembly, RunSpec(profile, chat_file=chat, seed=7))
     engine = Engine(run, ReplayGateway(recording))
     try:
@@ -106,9 +125,9 @@ async def in_process(
     finally:
         engine.close()
     message = committed_message(run, result)
-    elapsed = time.perf_counter() - start
+    elapsed, used = time.perf_counter() - start, time.process_time() - cpu
     assert result.status == "completed" and message, result
-    return elapsed
+    return elapsed, used
 
 
 async def through_endpoint(
@@ -130,11 +149,31 @@ async def through_endpoint(
     return (first or last) - start, last - start
 
 
-def start_serve(data: Path, recording: Path) -> tuple[subprocess.Popen[str], str, str]:
+@dataclass
+class Served:
+    process: subprocess.Popen[str]
+    url: str  # .../v1/chat/completions
+    key: str
+
+    def cpu_seconds(self) -> float:
+        """CPU time of serve and its worker processes so far."""
+        pids = [self.process.pid]
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        pids += [int(p) for p in children.read_text().split()]
+        total = 0.0
+        for pid in pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
+
+@contextmanager
+def serve(data: Path, *model: str) -> Iterator[Served]:
+    """``tavern-agent serve`` on free ports with the model flags given; stopped after."""
     api_port = free_port()
     command = [sys.executable, "-m", "tavern_agent", "--data-dir", str(data), "serve"]
     command += ["--port", str(free_port()), "--api-port", str(api_port)]
-    command += ["--replay", str(recording), "--max-concurrent-runs", "64"]
+    command += [*model, "--max-concurrent-runs", "64"]
     process = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -143,72 +182,210 @@ def start_serve(data: Path, recording: Path) -> tuple[subprocess.Popen[str], str
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert process.stdout is not None
-    for line in process.stdout:
-        found = re.match(r"endpoint key: (\S+)", line)
-        if found:
-            return process, f"http://127.0.0.1:{api_port}/v1/chat/completions", found.group(1)
-    raise RuntimeError("serve did not start")
+    try:
+        for line in process.stdout:
+            found = re.match(r"endpoint key: (\S+)", line)
+            if found:
+                url = f"http://127.0.0.1:{api_port}/v1/chat/completions"
+                yield Served(process, url, found.group(1))
+                return
+        raise RuntimeError("serve did not start")
+    finally:
+        process.terminate()
+        process.wait(30)
 
 
-def stats(values: list[float]) -> str:
+def stats(values: Sequence[float]) -> str:
     ms = sorted(v * 1000 for v in values)
     p90 = ms[min(len(ms) - 1, int(len(ms) * 0.9))]
     return f"median {statistics.median(ms):8.1f} ms   p90 {p90:8.1f} ms"
 
 
-async def main(repeats: int, concurrent: int, which: str) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="endpoint-bench-"))
+def load() -> str:
+    return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+@dataclass
+class Setup:
+    tmp: Path
+    profile: Profile
+    recording: Path
+    body: dict[str, Any]
+
+    def data(self, name: str) -> Path:
+        """A fresh data root with the example's profile saved in it."""
+        data = self.tmp / name
+        (data / "profiles").mkdir(parents=True)
+        shutil.copyfile(PROFILE, data / "profiles" / f"{self.profile.id}.json")
+        return data
+
+
+async def added(setup: Setup, repeats: int) -> dict[str, Any]:
+    """In-process and through the endpoint, interleaved."""
+    local: list[float] = []
+    local_cpu: list[float] = []
+    firsts: list[float] = []
+    lasts: list[float] = []
+    with serve(setup.data("endpoint"), "--replay", str(setup.recording)) as served:
+        async with (
+            httpx.AsyncClient(timeout=120) as client,
+            await Assembly.open(setup.tmp / "in-process") as assembly,
+        ):
+            args = (assembly, setup.recording, setup.profile, setup.tmp)
+            await through_endpoint(client, served.url, served.key, setup.body)  # warm both once
+            await in_process(*args, -1)
+            cpu_before = served.cpu_seconds()
+            for i in range(repeats):  # interleaved, so drift hits both alike
+                wall, cpu = await in_process(*args, i)
+                local.append(wall)
+                local_cpu.append(cpu)
+                first, last = await through_endpoint(client, served.url, served.key, setup.body)
+                firsts.append(first)
+                lasts.append(last)
+            serve_cpu = (served.cpu_seconds() - cpu_before) / repeats
+            models = served.url.replace("/chat/completions", "/models")
+            auth = {"authorization": f"Bearer {served.key}"}
+            trips = []
+            for _ in range(50):  # the HTTP stack alone: an authorized request, no run
+                begin = time.perf_counter()
+                assert (await client.get(models, headers=auth)).status_code == 200
+                trips.append(time.perf_counter() - begin)
+    return {
+        "local": local,
+        "firsts": firsts,
+        "lasts": lasts,
+        "trips": trips,
+        "cpu_added": serve_cpu - statistics.mean(local_cpu),
+        "local_cpu": statistics.mean(local_cpu),
+    }
+
+
+async def concurrent(
+    data: Path, model: Sequence[str], body: dict[str, Any], count: int, ones: int
+) -> tuple[float, float]:
+    """One request (median of ``ones``) and ``count`` at once against one serve, in seconds."""
+    with serve(data, *model) as served:
+        async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=200)) as c:
+            # Warm up with a few at once: every worker the server will use is started.
+            await asyncio.gather(
+                *(through_endpoint(c, served.url, served.key, body) for _ in range(4))
+            )
+            one = []
+            for _ in range(ones):
+                one.append((await through_endpoint(c, served.url, served.key, body))[1])
+            start = time.perf_counter()
+            await asyncio.gather(
+                *(through_endpoint(c, served.url, served.key, body) for _ in range(count))
+            )
+            together = time.perf_counter() - start
+    return statistics.median(one), together
+
+
+@contextmanager
+def upstream_process() -> Iterator[str]:
+    """The model server in its own process, as a real one is: its base URL."""
+    command = [sys.executable, __file__, "--upstream"]
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdin is not None
+    try:
+        yield process.stdout.readline().strip()
+    finally:
+        process.stdin.close()  # it serves until its stdin ends
+        process.wait(10)
+
+
+def upstream() -> None:
+    """``--upstream``: serve the short run's turns, each answer after 300 ms, until stdin ends."""
+    with OpenAIServer(TURNS, delay=UPSTREAM_SECONDS) as server:
+        print(server.base_url, flush=True)
+        sys.stdin.read()
+
+
+def row(what: str, measured: str, baseline: str, goal: str) -> None:
+    print(f"  {what:<44} {measured:>12}   {baseline:<34} {goal}")
+
+
+async def main(repeats: int, count: int, which: str, on_disk: bool, quick: bool) -> None:
+    shm = Path("/dev/shm")
+    where = None if on_disk or not shm.is_dir() else shm
+    tmp = Path(tempfile.mkdtemp(prefix="endpoint-bench-", dir=where))
     profile = Profile.load(PROFILE)
     if which == "example":
         recording, what = RECORDING, "the example's recorded run (8 rounds, 13 calls)"
     else:
         recording = await asyncio.to_thread(record_short_run, tmp / "recording", profile)
         what = "a short replayed run (3 rounds, 4 calls)"
-    data_in = tmp / "in-process"
-    data_http = tmp / "endpoint"
-    (data_http / "profiles").mkdir(parents=True)
-    shutil.copyfile(PROFILE, data_http / "profiles" / f"{profile.id}.json")
     body = {"model": f"tavern-agent/{profile.id}", "messages": messages(), "stream": True}
-    process, url, key = start_serve(data_http, recording)
+    setup = Setup(tmp, profile, recording, body)
+    cores = len(os.sched_getaffinity(0))
+    ones = 3 if quick else 5  # one request with the slow model: about a second each
     try:
-        async with httpx.AsyncClient(timeout=120) as client, await Assembly.open(data_in) as asm:
-            await through_endpoint(client, url, key, body)  # warm both paths once
-            await in_process(asm, recording, profile, tmp, -1)
-            local: list[float] = []
-            firsts: list[float] = []
-            lasts: list[float] = []
-            for i in range(repeats):  # interleaved, so drift hits both alike
-                local.append(await in_process(asm, recording, profile, tmp, i))
-                first, last = await through_endpoint(client, url, key, body)
-                firsts.append(first)
-                lasts.append(last)
-            models = url.replace("/chat/completions", "/models")
-            auth = {"authorization": f"Bearer {key}"}
-            trips = []
-            for _ in range(200):  # the HTTP stack alone: an authorized request, no run
-                begin = time.perf_counter()
-                assert (await client.get(models, headers=auth)).status_code == 200
-                trips.append(time.perf_counter() - begin)
-            start = time.perf_counter()
-            await asyncio.gather(
-                *(through_endpoint(client, url, key, body) for _ in range(concurrent))
+        print(f"Agent endpoint: {what}, fsync on, data roots in {tmp.parent}; {cores} cores")
+        print(f"  at the start: {load()}")
+        a = await added(setup, repeats)
+        replay = ["--replay", str(recording)]
+        by_workers: dict[str, tuple[float, float]] = {}
+        for label, flags in (("default", []), ("1", ["--workers", "1"])):
+            by_workers[label] = await concurrent(
+                setup.data(f"replay-{label}"), replay + flags, body, count, repeats
             )
-            together = time.perf_counter() - start
+        slow: dict[str, tuple[float, float]] = {}
+        with upstream_process() as base_url:
+            model = ["--model", "local", "--base-url", base_url]
+            for label, flags in (("default", []), ("1", ["--workers", "1"])):
+                slow[label] = await concurrent(
+                    setup.data(f"upstream-{label}"), model + flags, body, count, ones
+                )
     finally:
-        process.terminate()
-        process.wait(15)
         shutil.rmtree(tmp, ignore_errors=True)
-    one = statistics.median(lasts)
-    added = (statistics.median(lasts) - statistics.median(local)) * 1000
-    print(f"Agent endpoint: {what}, {repeats} repeats, fsync on")
-    print(f"  in-process (Run.start + Engine)   {stats(local)}")
-    print(f"  endpoint, first body byte         {stats(firsts)}")
-    print(f"  endpoint, last byte ([DONE])      {stats(lasts)}")
-    print(f"  added by the endpoint (median)    {added:8.1f} ms   (goal < 5 ms)")
-    print(f"  GET /v1/models round trip         {stats(trips)}")
+    local, lasts = statistics.median(a["local"]), statistics.median(a["lasts"])
+    print(f"  at the end:   {load()}")
+    print(f"  in-process (Run.start + Engine)   {stats(a['local'])}")
+    print(f"  endpoint, first body byte         {stats(a['firsts'])}")
+    print(f"  endpoint, last byte ([DONE])      {stats(a['lasts'])}")
+    print(f"  GET /v1/models round trip         {stats(a['trips'])}")
     print(
-        f"  {concurrent} concurrent requests        {together * 1000:8.1f} ms   "
-        f"= {together / one:4.1f}× one request (goal ≤ 2×)"
+        f"  CPU per request: in-process run {a['local_cpu'] * 1000:.2f} ms; "
+        f"serve and its workers {a['cpu_added'] * 1000:+.2f} ms beyond it"
+    )
+
+    def ratio(pair: tuple[float, float]) -> str:
+        one, together = pair
+        return f"{together / one:.1f}× ({together * 1000:,.0f} / {one * 1000:,.0f} ms)"
+
+    for what, pairs in (("replayed", by_workers), ("model 300 ms", slow)):
+        for label in ("default", "1"):
+            workers = cores if label == "default" else 1
+            print(f"  {count} concurrent, {what:<13} --workers {workers}: {ratio(pairs[label])}")
+    print()
+    row("row", "measured", "baseline, same run", "goal")
+    row(
+        "endpoint, added per request (median)",
+        f"{(lasts - local) * 1000:.1f} ms",
+        f"in-process run {local * 1000:.1f} ms",
+        "< 3 ms",
+    )
+    row(
+        "endpoint, first body byte (median)",
+        f"{statistics.median(a['firsts']) * 1000:.1f} ms",
+        f"last byte {lasts * 1000:.1f} ms",
+        "< 5 ms",
+    )
+
+    def times(pair: tuple[float, float]) -> float:
+        return pair[1] / pair[0]
+
+    row(
+        f"endpoint, {count} concurrent replayed runs",
+        f"{times(by_workers['default']):.1f}× one",
+        f"--workers 1: {times(by_workers['1']):.1f}× one",
+        f"≤ 11× on 2 cores ({cores} here)",
+    )
+    row(
+        f"endpoint, {count} concurrent, model 300 ms/answer",
+        f"{times(slow['default']):.2f}× one",
+        f"--workers 1: {times(slow['1']):.2f}× one",
+        "≤ 1.3×",
     )
 
 
@@ -217,8 +394,13 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--concurrent", type=int, default=20)
     parser.add_argument("--recording", choices=["short", "example"], default="short")
+    parser.add_argument("--disk", action="store_true", help="data roots on disk, not tmpfs")
     parser.add_argument("--quick", action="store_true", help="median of 5: what make bench runs")
+    parser.add_argument("--upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.upstream:
+        upstream()
+        sys.exit()
     if args.quick:
         args.repeats = 5
-    asyncio.run(main(args.repeats, args.concurrent, args.recording))
+    asyncio.run(main(args.repeats, args.concurrent, args.recording, args.disk, args.quick))
