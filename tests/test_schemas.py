@@ -126,6 +126,23 @@ def test_gemini_gets_its_subset() -> None:
     assert "additionalProperties" in schema  # the input is never changed
 
 
+def test_gemini_copies_only_what_changes() -> None:
+    ready = {"type": "object", "properties": {"q": {"type": "string", "description": "Text."}}}
+    assert adapt_parameters(ready, ModelProtocol.GEMINI) is ready
+    plain = {"type": "integer", "minimum": 1, "default": 20}
+    listed = {"type": "array", "items": {"type": "string"}, "maxItems": 3}
+    schema = {
+        "type": "object",
+        "properties": {"plain": plain, "listed": listed, "maybe": {"type": ["string", "null"]}},
+        "additionalProperties": False,
+    }
+    adapted = adapt_parameters(schema, ModelProtocol.GEMINI)
+    props = adapted["properties"]
+    assert props["plain"] is plain and props["listed"] is listed
+    assert props["maybe"] == {"type": "string", "nullable": True}
+    assert "additionalProperties" not in adapted and "additionalProperties" in schema
+
+
 def test_gemini_recursive_ref_is_cut() -> None:
     schema = {
         "type": "object",

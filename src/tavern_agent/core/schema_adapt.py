@@ -41,6 +41,8 @@ _GEMINI_KEYS = frozenset(
         "example",
     }
 )
+# A node with only these keys and a single type needs no change, nor do its parts.
+_LEAF_KEYS = _GEMINI_KEYS - {"enum", "properties", "items", "anyOf"}
 _MAX_REF_DEPTH = 16
 
 
@@ -53,7 +55,7 @@ def adapt_parameters(schema: Mapping[str, Any], protocol: ModelProtocol) -> Mapp
         if hit is not None and hit[0] is schema:
             return hit[1]
         defs = schema.get("$defs") or schema.get("definitions") or {}
-        adapted = _gemini(schema, defs if isinstance(defs, Mapping) else {}, 0)
+        adapted = _gemini(schema, defs if _is_map(defs) else {}, 0)
         _GEMINI_CACHE[id(schema)] = (schema, adapted)
         if len(_GEMINI_CACHE) > _CACHE_SIZE:
             _GEMINI_CACHE.pop(next(iter(_GEMINI_CACHE)))
@@ -65,64 +67,83 @@ _CACHE_SIZE = 8192
 _GEMINI_CACHE: dict[int, tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
 
 
+def _is_map(value: Any) -> bool:
+    """``isinstance(value, Mapping)``, without the ABC's slow check for the usual dict."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _gemini(schema: Mapping[str, Any], defs: Mapping[str, Any], depth: int) -> Mapping[str, Any]:
-    if not isinstance(schema, Mapping):
+    # One pass per node, copying only a node that changes: the first snapshot of a
+    # process adapts every tool's schema (a thousand MCP tools: a few ms, not tens).
+    if not _is_map(schema):
         return {}
-    ref = schema.get("$ref")
-    if isinstance(ref, str):
-        target = defs.get(ref.rsplit("/", 1)[-1]) if ref.startswith("#/") else None
-        if target is None or depth >= _MAX_REF_DEPTH:
-            note = schema.get("description") or "A nested value."
-            return {"type": "object", "description": note}
-        merged = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
-        return _gemini(merged, defs, depth + 1)
     out: dict[str, Any] | None = None
-
-    def edit() -> dict[str, Any]:
-        nonlocal out
-        if out is None:
-            out = dict(schema)
-        return out
-
-    for key in schema:
-        if key not in _GEMINI_KEYS:
-            edit().pop(key, None)
-    if "oneOf" in schema and "anyOf" not in schema:
-        edit()["anyOf"] = schema["oneOf"]
-    if "const" in schema:
-        edit()["enum"] = [schema["const"]]
-    declared = schema.get("type")
+    if not schema.keys() <= _GEMINI_KEYS:  # a key Gemini refuses, a $ref, oneOf or const
+        ref = schema.get("$ref")
+        if isinstance(ref, str):
+            return _gemini_ref(schema, ref, defs, depth)
+        out = {k: v for k, v in schema.items() if k in _GEMINI_KEYS}
+        if "oneOf" in schema and "anyOf" not in schema:
+            out["anyOf"] = schema["oneOf"]
+        if "const" in schema:
+            out["enum"] = [schema["const"]]
+    current = schema if out is None else out
+    declared = current.get("type")
     if isinstance(declared, list):
+        out = current = dict(current) if out is None else out
         kinds = [t for t in declared if t != "null"]
         if "null" in declared:
-            edit()["nullable"] = True
+            out["nullable"] = True
         if len(kinds) == 1:
-            edit()["type"] = kinds[0]
+            out["type"] = kinds[0]
         else:
-            edit().pop("type", None)
-            edit()["anyOf"] = [{"type": t} for t in kinds]
-    current = out if out is not None else schema
+            out.pop("type", None)
+            out["anyOf"] = [{"type": t} for t in kinds]
     enum = current.get("enum")
     if isinstance(enum, list) and not all(isinstance(e, str) for e in enum):
+        out = current = dict(current) if out is None else out
         allowed = ", ".join(map(str, enum))
-        edit().pop("enum")
-        edit()["description"] = f"{current.get('description', '')} Allowed: {allowed}.".strip()
+        out.pop("enum")
+        out["description"] = f"{current.get('description', '')} Allowed: {allowed}.".strip()
     props = current.get("properties")
-    if isinstance(props, Mapping):
-        new_props = {k: _gemini(v, defs, depth) for k, v in props.items()}
-        if any(new_props[k] is not props[k] for k in props):
-            edit()["properties"] = new_props
+    if props is not None and _is_map(props):
+        new_props: dict[str, Any] | None = None
+        for key, sub in props.items():
+            if type(sub) is dict and sub.keys() <= _LEAF_KEYS and type(sub.get("type")) is not list:
+                continue  # a plain leaf (most properties): nothing to change
+            new_sub = _gemini(sub, defs, depth)
+            if new_sub is not sub:
+                new_props = dict(props) if new_props is None else new_props
+                new_props[key] = new_sub
+        if new_props is not None:
+            out = current = dict(current) if out is None else out
+            out["properties"] = new_props
     items = current.get("items")
-    if isinstance(items, Mapping):
+    if items is not None and _is_map(items):
         new_items = _gemini(items, defs, depth)
         if new_items is not items:
-            edit()["items"] = new_items
-    branches = (out if out is not None else schema).get("anyOf")
+            out = current = dict(current) if out is None else out
+            out["items"] = new_items
+    branches = current.get("anyOf")
     if isinstance(branches, list):
         new_branches = [_gemini(b, defs, depth) for b in branches]
         if any(a is not b for a, b in zip(new_branches, branches, strict=True)):
-            edit()["anyOf"] = new_branches
-    return out if out is not None else schema
+            out = dict(current) if out is None else out
+            out["anyOf"] = new_branches
+    return schema if out is None else out
+
+
+def _gemini_ref(
+    schema: Mapping[str, Any], ref: str, defs: Mapping[str, Any], depth: int
+) -> Mapping[str, Any]:
+    """A ``$ref`` node: its target merged with the node's other keys, or a plain object
+    when the target is unknown or nested too deep."""
+    target = defs.get(ref.rsplit("/", 1)[-1]) if ref.startswith("#/") else None
+    if target is None or depth >= _MAX_REF_DEPTH:
+        note = schema.get("description") or "A nested value."
+        return {"type": "object", "description": note}
+    merged = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    return _gemini(merged, defs, depth + 1)
 
 
 class NotStrictCompatible(ValueError):
