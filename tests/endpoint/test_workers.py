@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -137,3 +139,35 @@ def test_help_explains_workers() -> None:
     assert "--workers INTEGER RANGE Processes the endpoint's runs are spread over" in text
     assert "(default: the number of cores)" in text
     assert "share the data root and --max-concurrent-runs" in text
+
+
+async def test_a_worker_that_dies_fails_its_run_and_the_next_run_gets_a_new_one(
+    tmp_path: Path,
+) -> None:
+    data = with_profile(tmp_path)
+    release = tmp_path / "release"
+    body = {"model": "tavern-agent/holder", "messages": MESSAGES}
+    with (
+        OpenAIServer(turns(release)) as upstream,
+        serve_endpoint(
+            data, upstream.base_url, "--workers", "2", ext="tests.endpoint.hold_tool"
+        ) as server,
+    ):
+        url, headers = f"{server.url}/chat/completions", {"authorization": f"Bearer {server.key}"}
+        pid = server.process.pid
+        async with httpx.AsyncClient(timeout=60) as client:
+            held = asyncio.create_task(client.post(url, json=body, headers=headers))
+            await asyncio.to_thread(wait_for, lambda: holding(data) == 1)
+            [worker] = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            os.kill(int(worker), signal.SIGKILL)
+            failed = await held
+            assert failed.status_code == 500
+            error = failed.json()["error"]
+            assert error["code"] == "run.worker_ended"
+            assert "the worker process ended" in error["message"]
+            release.touch()
+            again = await client.post(url, json=body, headers=headers)
+            assert again.status_code == 200
+            assert again.json()["choices"][0]["message"]["content"] == REPLY
+    served_by = pids(data)
+    assert len(served_by) == 1 and served_by[0] not in (pid, int(worker))

@@ -33,11 +33,22 @@ class Runs:
         self.service = service
         self.writer = writer
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self._out: list[bytes] = []
 
     def send(self, *message: Any) -> None:
-        """One message to the parent (dropped once it has gone)."""
-        if not self.writer.is_closing():
-            self.writer.write(frame(message))
+        """One message to the parent, sent with the others of this turn of the event loop:
+        each send wakes the parent, and on a busy machine each wake-up costs."""
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._out.append(frame(message))
+
+    def flush(self) -> None:
+        """Send what :meth:`send` has gathered."""
+        out, self._out = self._out, []
+        if not out:
+            return
+        if not self.writer.is_closing():  # dropped once the parent has gone
+            self.writer.write(b"".join(out))
 
     def take(self, message: tuple[Any, ...]) -> None:
         """Act on one message of the parent: start or cancel a run."""
@@ -103,6 +114,7 @@ async def serve_runs(sock: socket.socket) -> None:
                     await reading
             finally:
                 await runs.cancel_all()
+                runs.flush()  # their ends, before the stream closes
     finally:
         await gateway.aclose()
         writer.close()
