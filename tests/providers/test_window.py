@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,9 +13,10 @@ import pytest
 
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.providers.choice import gateway_for, model_gateway
-from tavern_agent.providers.gateway import HttpGateway, ModelConfig
+from tavern_agent.providers.gateway import HttpGateway, ModelConfig, ModelRequest
 from tavern_agent.providers.window import (
     DEFAULT_WINDOW,
+    UNKNOWN_TOKENIZER,
     WindowFacts,
     is_overflow,
     output_tokens,
@@ -22,7 +24,9 @@ from tavern_agent.providers.window import (
     server_window,
     table_window,
 )
+from tests.runtime.helpers import Harness, profile
 from tests.runtime.loopback import LoopbackServer
+from tests.runtime.window_server import WindowServer
 
 
 class JsonServer(LoopbackServer):
@@ -86,19 +90,21 @@ def test_the_gateway_asks_the_server_then_the_table_then_the_default(
         url = f"{server.origin}/v1"
         config = ModelConfig(ModelProtocol.OPENAI_CHAT, "local", url, api_key_env="TA_WINDOW_KEY")
         facts = asyncio.run(HttpGateway(config).window_facts())
-    assert facts == WindowFacts(2048, "server", 4096)
+    # A local model: its tokenizer is not known, so the estimate is taken 1.3 times until counted.
+    assert facts == WindowFacts(2048, "server", 4096, UNKNOWN_TOKENIZER)
     assert server.auth == ["Bearer sk-local"]  # a server with --api-key answers it too
     with JsonServer({}) as server:
         gpt = ModelConfig(ModelProtocol.OPENAI_CHAT, "gpt-4o-mini", f"{server.origin}/v1")
         assert asyncio.run(HttpGateway(gpt).window_facts()) == WindowFacts(128_000, "table", 4096)
         odd = ModelConfig(ModelProtocol.OPENAI_CHAT, "my-model", f"{server.origin}/v1")
         facts = asyncio.run(HttpGateway(odd).window_facts())
-        assert facts == WindowFacts(DEFAULT_WINDOW, "default", 4096)
+        assert facts == WindowFacts(DEFAULT_WINDOW, "default", 4096, UNKNOWN_TOKENIZER)
         flagged = ModelConfig(
             ModelProtocol.OPENAI_CHAT, "my-model", f"{server.origin}/v1", context_window=3000
         )
         asked = len(server.asked)
-        assert asyncio.run(HttpGateway(flagged).window_facts()) == WindowFacts(3000, "flag", 4096)
+        facts = asyncio.run(HttpGateway(flagged).window_facts())
+        assert facts == WindowFacts(3000, "flag", 4096, UNKNOWN_TOKENIZER)
         assert len(server.asked) == asked  # the flag is not second-guessed
 
 
@@ -114,6 +120,46 @@ def test_the_gateway_asks_the_server_then_the_table_then_the_default(
 )
 def test_the_table_of_known_models(protocol: ModelProtocol, model: str, tokens: int | None) -> None:
     assert table_window(protocol, model) == tokens
+
+
+@pytest.mark.parametrize(
+    ("protocol", "model", "base_url", "scale"),
+    [
+        (ModelProtocol.OPENAI_CHAT, "gpt-4o-mini", "https://api.openai.com/v1", 1.0),
+        (ModelProtocol.OPENAI_CHAT, "my-finetune", "https://api.openai.com/v1", 1.0),
+        (ModelProtocol.OPENAI_CHAT, "gpt-4o-mini", "http://127.0.0.1:9/v1", 1.0),
+        (ModelProtocol.OPENAI_CHAT, "SmolLM2-135M-Instruct", "http://127.0.0.1:9/v1", None),
+        (ModelProtocol.OPENAI_RESPONSES, "qwen3", "http://127.0.0.1:9/v1", None),
+        (ModelProtocol.ANTHROPIC, "claude-sonnet-4-5", "https://api.anthropic.com/v1", 1.0),
+    ],
+)
+def test_a_model_whose_tokenizer_is_unknown_is_counted_high(
+    protocol: ModelProtocol, model: str, base_url: str, scale: float | None
+) -> None:
+    config = ModelConfig(protocol, model, base_url, context_window=4096)
+    facts = asyncio.run(HttpGateway(config).window_facts())  # the flag: no server asked
+    assert facts.scale == (UNKNOWN_TOKENIZER if scale is None else scale)
+
+
+def test_llama_cpp_counts_a_request_with_the_model_s_own_tokenizer(tmp_path: Path) -> None:
+    run = Harness(tmp_path).start(profile())
+    inv = run.invocations[0]
+    request = ModelRequest(run.id, inv.id, 1, inv.transcript, inv.snapshot, None, 256)
+    with WindowServer(8192, lambda turn: [], per_token=1.5, tokenize=True) as server:
+        config = ModelConfig(ModelProtocol.OPENAI_CHAT, "local", server.base_url)
+        counted = asyncio.run(HttpGateway(config).count_tokens(request))
+        gateway = HttpGateway(config)
+        asyncio.run(gateway.respond(request))
+    assert counted is not None and counted == server.tokenized[0] == server.counts[0]
+    with WindowServer(2048, lambda turn: []) as plain:  # not llama.cpp: no /tokenize
+        gateway = HttpGateway(ModelConfig(ModelProtocol.OPENAI_CHAT, "local", plain.base_url))
+
+        async def twice() -> list[int | None]:
+            return [await gateway.count_tokens(request), await gateway.count_tokens(request)]
+
+        assert asyncio.run(twice()) == [None, None]
+    assert plain.paths == ["/props"]  # not llama.cpp's: asked once, and nothing posted
+    assert server.paths[:3] == ["/props", "/apply-template", "/tokenize"]
 
 
 def test_each_protocol_names_its_counts() -> None:

@@ -20,7 +20,7 @@ from tavern_agent.providers.gateway import (
     ModelRequest,
     ReplayGateway,
 )
-from tavern_agent.providers.window import WindowFacts
+from tavern_agent.providers.window import UNKNOWN_TOKENIZER, WindowFacts
 from tavern_agent.runtime.loop import Engine
 from tavern_agent.runtime.run import Run, RunSpec
 from tests.runtime.helpers import Harness, payloads
@@ -78,6 +78,11 @@ class Seen:
     async def window_facts(self) -> WindowFacts | None:
         facts: WindowFacts | None = await self.inner.window_facts()
         return facts
+
+    async def count_tokens(self, request: ModelRequest) -> int | None:
+        count_of = getattr(self.inner, "count_tokens", None)
+        counted: int | None = await count_of(request) if count_of is not None else None
+        return counted
 
     async def respond(self, request: ModelRequest) -> ModelReply:
         self.requests.append((request.round, request.transcript.to_json(), request.max_tokens))
@@ -263,3 +268,55 @@ def test_no_window_pressure_leaves_requests_as_they_were(tmp_path: Path) -> None
     assert payloads(run.run_dir, "context_compacted") == []
     for _, transcript, _ in seen.requests:  # the transcript itself was sent
         assert all("Collapsed" not in json.dumps(item) for item in transcript["items"])
+
+
+def local_chat(floors: int) -> list[str]:
+    return [f"floor {i}: " + "the lantern swings over the ford, " * 12 for i in range(floors)]
+
+
+def test_a_local_model_s_own_count_keeps_the_first_request_within_its_window(
+    tmp_path: Path,
+) -> None:
+    # A local model's tokenizer makes 1.6 tokens of what OpenAI's makes one: counted as OpenAI
+    # counts, the first request (chat history and all) would leave no room to answer. The
+    # server counts it first (llama.cpp's /apply-template and /tokenize), and the run keeps it.
+    window = 2_048
+    h = Harness(tmp_path / "live", local_chat(8))
+    with WindowServer(window, script_for(window), per_token=1.6, tokenize=True) as server:
+        run = h.start(lean_profile())
+        seen = Seen(http(server, window))
+        assert drive(Engine(run, seen, fsync=False)) == "completed"  # type: ignore[arg-type]
+    [counted] = payloads(run.run_dir, "context_counted")
+    assert counted["round"] == 1 and counted["counted"] == server.tokenized[0]
+    assert counted["counted"] > window - 256 > counted["estimated"]  # the estimate alone: no room
+    assert server.refused == [] and max(server.counts) <= window - 256
+    [first, *_] = payloads(run.run_dir, "model_request")
+    # The run's count of the (compacted) request follows the server's, not OpenAI's.
+    assert server.counts[0] * 0.98 <= first["promptTokens"] <= server.counts[0] * 1.05
+    [compacted, *_] = payloads(run.run_dir, "context_compacted")
+    assert compacted["round"] == 1 and compacted["floorsDropped"] > 0
+
+    # The replay is given the recorded count and makes the same requests.
+    again = Harness(tmp_path / "replay", local_chat(8))
+    replayed_run = again.start(lean_profile())
+    replay = Seen(ReplayGateway(run.run_dir))
+    assert drive(Engine(replayed_run, replay, fsync=False)) == "completed"  # type: ignore[arg-type]
+    assert normalized(replay, replayed_run) == normalized(seen, run)
+
+
+def test_a_local_model_that_cannot_count_is_counted_high_until_it_reports_usage(
+    tmp_path: Path,
+) -> None:
+    # The same, on a server that cannot count a request before it is sent: until the
+    # first usage says better, the run takes a local model's tokens to be 1.3 of its estimate.
+    window = 2_048
+    h = Harness(tmp_path, local_chat(11))
+    with WindowServer(window, script_for(window), per_token=1.25) as server:
+        run = h.start(lean_profile())
+        assert drive(Engine(run, http(server, window), fsync=False)) == "completed"
+    [declared] = payloads(run.run_dir, "context_window")
+    assert declared["scale"] == UNKNOWN_TOKENIZER and payloads(run.run_dir, "context_counted") == []
+    [first, *_] = payloads(run.run_dir, "context_compacted")
+    # Counted as OpenAI counts, the first request was within the budget: it would have been sent.
+    assert first["round"] == 1 and first["tokensBefore"] / UNKNOWN_TOKENIZER <= declared["budget"]
+    assert server.refused == [] and max(server.counts) <= window - 256

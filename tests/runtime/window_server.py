@@ -11,6 +11,12 @@ the first request for that turn refused as too long whatever its size (a
 server whose window is smaller than the run thinks); ``full_at`` cuts that
 turn's answer off where the window is full (``length``, prompt + answer =
 window). Every request body and count is kept.
+
+``per_token`` makes its model's tokenizer count that many tokens per o200k
+token (a local model's smaller vocabulary makes more of the same text);
+``tokenize`` makes it llama.cpp's (``GET /props``) with ``POST /apply-template`` (the request
+rendered as one prompt, here its JSON text) and ``POST /tokenize`` (that
+prompt's tokens), so a client can have a request counted before sending it.
 """
 
 from __future__ import annotations
@@ -31,14 +37,23 @@ ENCODING = bpe_openai.get_encoding("o200k_base")
 _TURN = re.compile(r"call_(\d+)_\d+")
 
 
+_ID = re.compile(r"_[0-9a-f]{6,}")
+
+
+def _tokens(text: str) -> int:
+    """o200k_base tokens of ``text``, its random ids (``inv_…``, ``call_…``) counted as one
+    word: two runs of one script (a whole one and a resumed one) count alike."""
+    return len(ENCODING.encode(_ID.sub("_id", text)))
+
+
 def count_tokens(body: dict[str, Any]) -> int:
     """The request's prompt tokens, counted as the server's model would."""
     total = 0
     for message in body["messages"]:
-        total += 4 + len(ENCODING.encode(message.get("content") or ""))
+        total += 4 + _tokens(message.get("content") or "")
         for tc in message.get("tool_calls") or ():
             fn = tc["function"]
-            total += 8 + len(ENCODING.encode(fn["name"] + fn["arguments"]))
+            total += 8 + _tokens(fn["name"] + fn["arguments"])
     if body.get("tools"):
         total += len(ENCODING.encode(json.dumps(body["tools"])))
     return total
@@ -62,8 +77,14 @@ class WindowServer(LoopbackServer):
         *,
         refuse_at: int | None = None,
         full_at: int | None = None,
+        per_token: float = 1.0,
+        tokenize: bool = False,
     ) -> None:
         self.window = window
+        self.per_token = per_token
+        self.tokenize = tokenize
+        self.tokenized: list[int] = []  # the counts /tokenize answered
+        self.paths: list[str] = []  # every request's path
         self.script = script
         self.refuse_at = refuse_at
         self.full_at = full_at
@@ -78,13 +99,37 @@ class WindowServer(LoopbackServer):
             def log_message(self, format: str, *args: Any) -> None:
                 return None
 
-            def do_GET(self) -> None:  # no /props, no /models: the run's flag says the window
+            def do_GET(self) -> None:  # no window in /props or /models: the run's flag says it
+                server.paths.append(self.path)
+                if self.path == "/props" and server.tokenize:  # llama.cpp's, so it can count
+                    self.answer(200, {"default_generation_settings": {}})
+                    return
                 self.send_error(404)
+
+            def answer(self, status: int, value: Any) -> None:
+                data = json.dumps(value).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", "0"))
                 body = json.loads(self.rfile.read(length))
-                tokens = count_tokens(body)
+                server.paths.append(self.path)
+                if self.path in ("/apply-template", "/tokenize") and server.tokenize:
+                    if self.path == "/apply-template":
+                        self.answer(200, {"prompt": json.dumps(body)})
+                        return
+                    tokens = server.count(json.loads(body["content"]))
+                    server.tokenized.append(tokens)
+                    self.answer(200, {"tokens": list(range(tokens))})
+                    return
+                if self.path != "/v1/chat/completions":
+                    self.send_error(404)
+                    return
+                tokens = server.count(body)
                 turn = turn_of(body)
                 server.bodies.append(body)
                 server.counts.append(tokens)
@@ -100,12 +145,7 @@ class WindowServer(LoopbackServer):
                         "param": "messages",
                         "code": "context_length_exceeded",
                     }
-                    data = json.dumps({"error": error}).encode()
-                    self.send_response(400)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    self.answer(400, {"error": error})
                     return
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
@@ -123,6 +163,10 @@ class WindowServer(LoopbackServer):
                 self.close_connection = True
 
         super().__init__(Handler)
+
+    def count(self, body: dict[str, Any]) -> int:
+        """The request's prompt tokens as this server's model counts them."""
+        return round(count_tokens(body) * self.per_token)
 
     @property
     def base_url(self) -> str:

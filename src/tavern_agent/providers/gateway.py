@@ -52,9 +52,12 @@ from tavern_agent.providers.transcript import (
 from tavern_agent.providers.window import (
     DEFAULT_WINDOW,
     WindowFacts,
+    is_llama_cpp,
     is_overflow,
+    server_count,
     server_window,
     table_window,
+    tokenizer_scale,
 )
 from tavern_agent.tools.snapshot import ToolSnapshot
 
@@ -149,10 +152,15 @@ class ReplayGateway:
         journal = run_dir / run_layout.JOURNAL_FILE
         self.children = _recorded_children(journal)
         self.window = _recorded_window(journal)
+        self.counts = _recorded_counts(journal)
 
     async def window_facts(self) -> WindowFacts | None:
         """The recorded run's window, so the replay sends the requests it sent."""
         return self.window
+
+    async def count_tokens(self, request: ModelRequest) -> int | None:
+        """The server's counts the recorded run was given, in their order (then ``None``)."""
+        return self.counts.pop(0) if self.counts else None
 
     async def respond(self, request: ModelRequest) -> ModelReply:
         """The recorded response for the request's round (or a delegated
@@ -190,10 +198,28 @@ def _recorded_window(journal: Path) -> WindowFacts | None:
             continue
         try:
             payload = json.loads(line)["payload"]
-            return WindowFacts(int(payload["tokens"]), "recording", int(payload["maxTokens"]))
+            tokens, cap = int(payload["tokens"]), int(payload["maxTokens"])
+            return WindowFacts(tokens, "recording", cap, float(payload.get("scale") or 1.0))
         except (ValueError, KeyError, TypeError):
             continue
     return None
+
+
+def _recorded_counts(journal: Path) -> list[int]:
+    """The server's counts of requests (``context_counted``) the recorded run journaled."""
+    try:
+        lines = journal.read_bytes().splitlines()
+    except FileNotFoundError:
+        return []
+    found: list[int] = []
+    for line in lines:
+        if b'"context_counted"' not in line:
+            continue
+        try:
+            found.append(int(json.loads(line)["payload"]["counted"]))
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line
+    return found
 
 
 def _recorded_children(journal: Path) -> list[str]:
@@ -361,6 +387,14 @@ def ends_stream(protocol: ModelProtocol, event: Mapping[str, Any]) -> bool:
     return any(c.get("finishReason") for c in event.get("candidates") or ())
 
 
+_NOT_ASKED = ("content-type", "accept")  # the stream's headers, not the server's questions
+
+
+def _openai_host(config: ModelConfig) -> bool:
+    """Whether ``config`` reaches OpenAI's own API (which wants ``max_completion_tokens``)."""
+    return cap_field(config.base_url, config.compat) == "max_completion_tokens"
+
+
 class HttpGateway:
     """Streams responses from a provider or any OpenAI-compatible server."""
 
@@ -371,9 +405,14 @@ class HttpGateway:
         self.client = client or httpx.AsyncClient(timeout=timeout)
         self.requests = RequestEncoder(self.codec, _endpoint(config)[2])
         self._window: WindowFacts | None = None
+        # Whether the server counts requests before they are sent: asked once, of a
+        # Chat Completions server other than OpenAI's own API.
+        local = config.protocol is ModelProtocol.OPENAI_CHAT
+        self._counts: bool | None = None if local and not _openai_host(config) else False
 
     async def window_facts(self) -> WindowFacts:
-        """The model's window: the flag, what the server says, the table, or the default.
+        """The model's window: the flag, what the server says, the table, or the default;
+        and the estimate's scale for its tokenizer.
 
         The server is asked once per gateway.
         """
@@ -385,15 +424,37 @@ class HttpGateway:
                 ModelProtocol.OPENAI_RESPONSES,
             ):
                 headers = _endpoint(config)[1]  # the key, for a server that wants it
-                asked = {k: v for k, v in headers.items() if k not in ("content-type", "accept")}
+                asked = {k: v for k, v in headers.items() if k not in _NOT_ASKED}
                 tokens = await server_window(self.client, config.base_url, config.model, asked)
                 source = "server"
             if tokens is None:
                 tokens, source = table_window(config.protocol, config.model), "table"
             if tokens is None:
                 tokens, source = DEFAULT_WINDOW, "default"
-            self._window = WindowFacts(tokens, source, config.max_tokens)
+            scale = tokenizer_scale(config.protocol, config.model, _openai_host(config))
+            self._window = WindowFacts(tokens, source, config.max_tokens, scale)
         return self._window
+
+    async def count_tokens(self, request: ModelRequest) -> int | None:
+        """The request's prompt tokens as the server's own tokenizer counts them, before it
+        is sent: llama.cpp's server says (:func:`server_count`); ``None`` for any other.
+        A server that cannot is not asked again."""
+        config = self.config
+        headers = {k: v for k, v in _endpoint(config)[1].items() if k not in _NOT_ASKED}
+        if self._counts is None:
+            self._counts = await is_llama_cpp(self.client, config.base_url, headers)
+        if not self._counts:
+            return None
+        body = self.codec.build_request(
+            config.model,
+            request.transcript,
+            request.snapshot,
+            max_tokens=request.max_tokens or config.max_tokens,
+        )
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        counted = await server_count(self.client, config.base_url, data, headers)
+        self._counts = counted is not None
+        return counted
 
     async def respond(self, request: ModelRequest) -> ModelReply:
         """The model's reply, or :class:`ModelError`; neither carries the key or URL user-info.

@@ -42,7 +42,7 @@ from tavern_agent.core.ids import ToolId
 from tavern_agent.core.profile import Profile
 from tavern_agent.core.results import AgentToolResult
 from tavern_agent.core.tool_ids import READ_FILE
-from tavern_agent.providers.gateway import ModelError, ModelGateway
+from tavern_agent.providers.gateway import ModelError, ModelGateway, ModelRequest
 from tavern_agent.providers.registry import codec_for
 from tavern_agent.providers.transcript import (
     AssistantMessage,
@@ -71,6 +71,7 @@ STUB_MIN_CHARS = 600  # shorter results and texts are kept as they are
 LOW_WATER = 0.6  # a compaction leaves the request at this share of the budget …
 STRONG_WATER = 0.4  # … or at this one after an overflow or a full window
 MIN_RATIO, MAX_RATIO = 0.5, 4.0
+MIN_ROOM = 256  # what a small window leaves the answer: a call with a short reply
 ARGS_WEIGHT = 1.06
 
 
@@ -90,8 +91,10 @@ class Window:
 
     @classmethod
     def of(cls, tokens: int, source: str, max_tokens: int) -> Window:
-        """The window of ``tokens``: the answer keeps ``max_tokens`` (a quarter of a small one)."""
-        room = min(max_tokens, tokens // 4)
+        """The window of ``tokens``: the answer keeps ``max_tokens``, at most a quarter of
+        the window; under 3,072 tokens less, down to :data:`MIN_ROOM` at 2,048, so a small
+        model's prompt keeps most of its window."""
+        room = min(max_tokens, tokens // 4, max(MIN_ROOM, tokens // 2 - 768))
         budget = tokens - room - margin_of(tokens)
         return cls(tokens, source, room, budget)
 
@@ -137,6 +140,7 @@ class ContextKeeper:
     def __init__(self) -> None:
         self.window: Window | None = None
         self.ratio = 1.0  # the provider's count over the estimate, from the last usage
+        self.counted = False  # whether the provider has counted a request yet
         self._cuts: dict[str, _Cuts] = {}
         self._counts: dict[str, _Counts] = {}
         self._fixed: dict[tuple[int, str | None], int] = {}
@@ -153,6 +157,9 @@ class ContextKeeper:
         match event:
             case cev.ContextWindow():
                 self.window = Window.of(event.tokens, event.source, event.max_tokens)
+                self.ratio = 1.0 if event.scale is None else event.scale
+            case cev.ContextCounted():
+                self._calibrate(event.counted, event.estimated)
             case cev.ContextCompacted():
                 cuts = self._cuts.setdefault(event.invocation_id, _Cuts())
                 cuts.collapsed, cuts.dropped = event.collapsed_items, event.dropped_items
@@ -169,13 +176,18 @@ class ContextKeeper:
         counted = prompt_tokens(event.usage)
         if counted is None or self.window is None:
             return
-        if asked:  # calibrate: the next estimates are scaled by what this one missed
-            self.ratio = min(max(self.ratio * counted / asked, MIN_RATIO), MAX_RATIO)
+        if asked:
+            self._calibrate(counted, asked)
         out = output_tokens(event.usage) or 0
         self._full.pop(event.invocation_id, None)
         if event.finish == "length" and counted + out >= self.window.tokens - 16:
             self._full[event.invocation_id] = Full(counted, out)
             cuts.force = "window_full"
+
+    def _calibrate(self, counted: int, estimated: int) -> None:
+        """The next estimates are scaled by what this one (``estimated``) missed."""
+        self.ratio = min(max(self.ratio * counted / estimated, MIN_RATIO), MAX_RATIO)
+        self.counted = True
 
     # ------------------------------------------------------------ the window
 
@@ -189,7 +201,9 @@ class ContextKeeper:
         facts: WindowFacts | None = await facts_of() if facts_of is not None else None
         own = profile.limits.context_window
         if own is not None and (facts is None or facts.source != "flag"):
-            facts = WindowFacts(own, "profile", facts.max_tokens if facts else 4096)
+            facts = WindowFacts(
+                own, "profile", facts.max_tokens if facts else 4096, facts.scale if facts else 1.0
+            )
         if facts is None:
             return None
         window = Window.of(facts.tokens, facts.source, facts.max_tokens)
@@ -200,9 +214,30 @@ class ContextKeeper:
                 source=window.source,
                 max_tokens=window.max_tokens,
                 budget=window.budget,
+                scale=None if facts.scale == 1.0 else facts.scale,
             )
         )
         return window
+
+    async def count(
+        self, gateway: ModelGateway, inv: Invocation, request: ModelRequest, journal: Journal
+    ) -> None:
+        """Before the provider has counted any request, have the server count this one with
+        the model's own tokenizer where it can (journaled; the estimates follow it)."""
+        count_of = getattr(gateway, "count_tokens", None)
+        if self.counted or self.window is None or count_of is None:
+            return
+        counted: int | None = await count_of(request)
+        if counted is None:
+            return
+        counts = self._count(inv)
+        head = _head_end(counts.items)
+        estimated = self._total(inv, self._fixed_tokens(inv), counts, head, _Cut(0, 0, 0))
+        journal.write(
+            cev.ContextCounted(
+                invocation_id=inv.id, round=request.round, estimated=estimated, counted=counted
+            )
+        )
 
     # ------------------------------------------------------------ a request
 

@@ -18,6 +18,7 @@ class ContextWindow(JournalEvent, frozen=True, kw_only=True):
     source: ``flag``, ``profile``, ``server``, ``table``, ``default`` or ``recording`` (a replay)
     max_tokens: the room kept for the answer (the request's output cap)
     budget: the most a request's prompt may take: the window less the answer's room and a margin
+    scale: the model's tokens per token of the run's estimate until the provider counts (null: 1)
     """
 
     kind = "context_window"
@@ -25,6 +26,24 @@ class ContextWindow(JournalEvent, frozen=True, kw_only=True):
     source: str
     max_tokens: int
     budget: int
+    scale: float | None = None
+
+
+class ContextCounted(JournalEvent, frozen=True, kw_only=True):
+    """The server counted a request with the model's own tokenizer before it was sent
+    (llama.cpp's server can); the run's estimates are scaled to that count from now on.
+
+    invocation_id: the invocation whose request was counted
+    round: the round of that request
+    estimated: the run's estimate of the request's prompt tokens
+    counted: the server's count
+    """
+
+    kind = "context_counted"
+    invocation_id: str
+    round: int
+    estimated: int
+    counted: int
 
 
 class ContextCompacted(JournalEvent, frozen=True, kw_only=True):

@@ -91,6 +91,11 @@ class ModelRequests:
         """
         context = self.state.context
         window = await context.resolve(self.gateway, inv.profile or self.run.profile, self.journal)
+        if window is not None:  # the server's own count, where it gives one, before any usage
+            whole = ModelRequest(
+                self.run.id, inv.id, number, inv.transcript, inv.snapshot, child, window.max_tokens
+            )
+            await context.count(self.gateway, inv, whole, self.journal)
         started = time.monotonic()
         for retry in (False, True):
             request = self._request(inv, number, child)

@@ -124,6 +124,12 @@ class UnlockedWhileAsking:
         facts: WindowFacts | None = await facts_of() if facts_of is not None else None
         return facts
 
+    async def count_tokens(self, request: ModelRequest) -> int | None:
+        """The inner gateway's count of a request before it is sent, where it has one."""
+        count_of = getattr(self.inner, "count_tokens", None)
+        counted: int | None = await count_of(request) if count_of is not None else None
+        return counted
+
     async def respond(self, request: ModelRequest) -> ModelReply:
         """The model's answer, asked with the run's lock let go; takes the lock
         again (noting whether others journaled meanwhile) before returning."""
