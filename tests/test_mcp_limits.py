@@ -24,11 +24,10 @@ def test_oversize_is_exact_above_the_limit_and_none_below() -> None:
 async def test_a_deadline_raises_timeout_and_leaves_the_task_usable() -> None:
     deadlines = Deadlines()
     started = time.monotonic()
-    with pytest.raises(TimeoutError):
-        async with deadlines.within(0.2):
-            await asyncio.sleep(10)
+    with pytest.raises(TimeoutError), deadlines.within(0.2):
+        await asyncio.sleep(10)
     assert 0.2 <= time.monotonic() - started < 0.2 + 3 * TICK + 0.5
-    async with deadlines.within(5):  # a call within its time is untouched
+    with deadlines.within(5):  # a call within its time is untouched
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.01)  # no cancellation left pending on this task
     await deadlines.aclose()
@@ -38,7 +37,7 @@ async def test_an_outer_cancel_is_not_mistaken_for_a_deadline() -> None:
     deadlines = Deadlines()
 
     async def call() -> None:
-        async with deadlines.within(30):
+        with deadlines.within(30):
             await asyncio.sleep(10)
 
     task = asyncio.create_task(call())
@@ -53,7 +52,7 @@ def test_the_watchdog_follows_a_new_event_loop() -> None:
     deadlines = Deadlines()
 
     async def late() -> None:
-        async with deadlines.within(0.1):
+        with deadlines.within(0.1):
             await asyncio.sleep(10)
 
     for _ in range(2):  # each asyncio.run is a new loop, as each CLI command is

@@ -268,6 +268,10 @@ async def test_huge_result_goes_through_the_long_result_step(tmp_path: Path) -> 
         path = big.structured["path"]
         assert big.resource_refs == (path,)
         assert 4_190_000 <= len((ws / path).read_text()) <= 4_300_000
+        # The audit file keeps the (cut) reply in its wire form, as the server sent it.
+        raw = json.loads((ws / big.structured["auditPath"]).read_text())["raw"]
+        assert raw["isError"] is False and raw["content"][0]["type"] == "text"
+        assert len(raw["content"][0]["text"].encode()) == 4 * 1024 * 1024  # the cut text
         assert (await call(gate, "mcp__peer__ok", cid="c2")).content == "ok"
         failed = await call(gate, "mcp__peer__fail", {"reason": "no"}, cid="c3")
         assert failed.error_code is ErrorCode.MCP_TOOL_ERROR

@@ -86,7 +86,18 @@ def _kind(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+_SCAN = _DECODER.scan_once
+
+
 def _from_text(text: str, raw: str | bytes, depth: int) -> ToolArguments | InvalidArguments:
+    if text[:1] == "{":  # the common case, an object and nothing around it: one scan
+        try:
+            value, end = _SCAN(text, 0)
+        except (StopIteration, ValueError, RecursionError):
+            pass  # the full path below words the error
+        else:
+            if end == len(text):
+                return ToolArguments(value)
     unbommed = text.removeprefix(_BOM)
     if unbommed.strip() in _EMPTY_TEXTS:
         return ToolArguments()

@@ -286,8 +286,9 @@ class ConnectionPool:
         conn = self._connections.get(reg_id)
         return conn if conn is not None and conn.alive else None
 
-    async def get(self, reg: Registration) -> Connection:
-        """A live connection for ``reg``, started if needed; raises :class:`ConnectError`."""
+    def ready(self, reg: Registration) -> Connection | None:
+        """The live connection for ``reg`` as registered now, without awaiting: the
+        common case of :meth:`get`, which a call takes first (no coroutine)."""
         conn = self._connections.get(reg.id)
         # `is` first: an unchanged registration file gives the same cached object.
         if (
@@ -295,6 +296,13 @@ class ConnectionPool:
             and conn.alive
             and (conn.transport is reg.transport or conn.transport == reg.transport)
         ):
+            return conn
+        return None
+
+    async def get(self, reg: Registration) -> Connection:
+        """A live connection for ``reg``, started if needed; raises :class:`ConnectError`."""
+        conn = self.ready(reg)
+        if conn is not None:
             return conn
         lock = self._locks.setdefault(reg.id, asyncio.Lock())
         async with lock:

@@ -27,7 +27,11 @@ class Deadlines:
         self._watchdog: asyncio.Task[None] | None = None
 
     def within(self, seconds: float) -> _Within:
-        """``async with deadlines.within(s):`` raises ``TimeoutError`` after ``s`` seconds."""
+        """``with deadlines.within(s):`` (in a task) raises ``TimeoutError`` after ``s`` seconds.
+
+        A plain ``with``: entering and leaving await nothing, so they cost no
+        coroutine of their own on every call.
+        """
         return _Within(self, seconds)
 
     def _enter(self, task: asyncio.Task[object], seconds: float) -> None:
@@ -75,13 +79,13 @@ class _Within:
         self._seconds = seconds
         self._task: asyncio.Task[object] | None = None
 
-    async def __aenter__(self) -> None:
+    def __enter__(self) -> None:
         task = asyncio.current_task()
         assert task is not None, "within() needs a task"
         self._task = task
         self._deadlines._enter(task, self._seconds)
 
-    async def __aexit__(
+    def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc_val: BaseException | None,

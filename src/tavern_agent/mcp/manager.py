@@ -144,7 +144,7 @@ class McpManager(AsyncClosing):
         if reg.state != "active":
             raise RegistrationError(f"{reg.id} is paused; resume it before discovery")
         try:
-            conn = await self.pool.get(reg)
+            conn = self.pool.ready(reg) or await self.pool.get(reg)
         except ConnectError as exc:
             if exc.login_needed:
                 raise RegistrationError(
@@ -345,7 +345,7 @@ class McpManager(AsyncClosing):
                     "do not repeat it unless they ask.",
                 )
         try:
-            conn = await self.pool.get(reg)
+            conn = self.pool.ready(reg) or await self.pool.get(reg)
         except ConnectError as exc:
             if exc.login_needed:
                 return self._login_required(reg, name)
@@ -372,7 +372,7 @@ class McpManager(AsyncClosing):
             # One watchdog for every call's timeout: a timer per call (the SDK's
             # read_timeout_seconds, or asyncio.timeout) is measurable next to a
             # local round trip.
-            async with self._deadlines.within(seconds):
+            with self._deadlines.within(seconds):
                 result = await conn.session.call_tool(tool, arguments)
         except MCPError as exc:
             if conn.login_needed:

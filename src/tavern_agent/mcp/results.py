@@ -106,8 +106,23 @@ def _cut_text(text: str, limit: int) -> str:
     return text.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", "ignore")
 
 
+def _surely_small(result: types.CallToolResult) -> bool:
+    """Whether ``result`` is text only and under the cap at 4 bytes a character,
+    the common case, told without encoding anything."""
+    if result.structured_content:
+        return False
+    chars = 0
+    for block in result.content:
+        if type(block) is not types.TextContent:
+            return False
+        chars += len(block.text)
+    return chars * 4 <= MAX_RESULT_BYTES
+
+
 def cap_result(result: types.CallToolResult) -> tuple[types.CallToolResult, str | None]:
     """``result`` cut to ``MAX_RESULT_BYTES``, and a note saying what was cut (or ``None``)."""
+    if _surely_small(result):
+        return result, None
     sizes = [_block_bytes(b) for b in result.content]
     structured = result.structured_content
     structured_size = len(json.dumps(structured, ensure_ascii=False)) if structured else 0
@@ -192,7 +207,9 @@ def convert_result(
     if structured is not None and not _says_the_same(texts, structured):
         parts.append(render_details(structured))
     content = "\n".join(parts)
-    raw = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    # The reply itself is the raw record: only a spilled result's audit file writes
+    # it out (in its wire form), so most calls never serialize it.
+    raw = result
     if result.is_error:
         message = content or "no error text"
         return ExternalReceipt.failure(

@@ -24,7 +24,8 @@ from tavern_agent.tools.context import CallContext
 class ExternalReceipt:
     """What an MCP server or extension function answered.
 
-    ``raw`` is the reply as received, kept for the audit file; ``resource_refs``
+    ``raw`` is the reply as received (JSON data, or a pydantic model such as an MCP
+    result, written in its wire form), kept for the audit file; ``resource_refs``
     are workspace paths of files the source's reply was saved to.
     """
 

@@ -74,7 +74,7 @@ class LongResultStep:
             try:
                 self.files.write_once(path, readable.encode("utf-8", "surrogatepass"))
                 self.files.write_once(
-                    audit_path, json.dumps(audit, ensure_ascii=False, default=repr).encode()
+                    audit_path, json.dumps(audit, ensure_ascii=False, default=_audit_form).encode()
                 )
             except AlreadyWritten:
                 pass  # a resumed call wrote the same files already
@@ -89,6 +89,15 @@ class LongResultStep:
         content = spill_notice(readable, len(text), limit, path, ctx)
         refs = (*outcome.resource_refs, path)
         return replace(outcome, content=content, structured=structured, resource_refs=refs)
+
+
+def _audit_form(value: Any) -> Any:
+    """A raw reply JSON cannot encode as it is: a pydantic model (an MCP
+    result) in its wire form, anything else as its ``repr``."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json", by_alias=True, exclude_none=True)
+    return repr(value)
 
 
 def spill_notice(readable: str, total_chars: int, limit: int, path: str, ctx: CallContext) -> str:
