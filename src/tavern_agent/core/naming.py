@@ -102,6 +102,7 @@ _bad_chars: dict[str, re.Pattern[str]] = {}
 
 
 _first_chars: dict[str, re.Pattern[str]] = {}
+_ALNUM = re.compile("[A-Za-z0-9]")
 
 
 def _compiled(rule: NameRule) -> re.Pattern[str]:
@@ -133,7 +134,7 @@ def normalize_segment(text: str, rule: NameRule) -> str:
     if bad is None:
         bad = _bad_chars[rule.allowed] = re.compile(f"[^{rule.allowed}]")
     cleaned = bad.sub("_", text_ascii)
-    if not any(c.isalnum() for c in cleaned):
+    if _ALNUM.search(cleaned) is None:  # (ASCII now: every rule allows only ASCII)
         return "t" + _short_hash(text)
     return cleaned
 

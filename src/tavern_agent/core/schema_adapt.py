@@ -72,6 +72,11 @@ def _is_map(value: Any) -> bool:
     return type(value) is dict or isinstance(value, Mapping)
 
 
+def _plain_leaf(node: Any) -> bool:
+    """A dict Gemini takes as it is, with no parts to look into."""
+    return type(node) is dict and node.keys() <= _LEAF_KEYS and type(node.get("type")) is not list
+
+
 def _gemini(schema: Mapping[str, Any], defs: Mapping[str, Any], depth: int) -> Mapping[str, Any]:
     # One pass per node, copying only a node that changes: the first snapshot of a
     # process adapts every tool's schema (a thousand MCP tools: a few ms, not tens).
@@ -109,8 +114,8 @@ def _gemini(schema: Mapping[str, Any], defs: Mapping[str, Any], depth: int) -> M
     if props is not None and _is_map(props):
         new_props: dict[str, Any] | None = None
         for key, sub in props.items():
-            if type(sub) is dict and sub.keys() <= _LEAF_KEYS and type(sub.get("type")) is not list:
-                continue  # a plain leaf (most properties): nothing to change
+            if _plain_leaf(sub):  # most properties: nothing to change
+                continue
             new_sub = _gemini(sub, defs, depth)
             if new_sub is not sub:
                 new_props = dict(props) if new_props is None else new_props
@@ -119,7 +124,7 @@ def _gemini(schema: Mapping[str, Any], defs: Mapping[str, Any], depth: int) -> M
             out = current = dict(current) if out is None else out
             out["properties"] = new_props
     items = current.get("items")
-    if items is not None and _is_map(items):
+    if items is not None and not _plain_leaf(items) and _is_map(items):
         new_items = _gemini(items, defs, depth)
         if new_items is not items:
             out = current = dict(current) if out is None else out
