@@ -216,6 +216,7 @@ class Journal:
         self.seq = len(read_events(path))
         self._unsynced = False
         self._group: asyncio.Handle | None = None  # the group sync asked for, not yet run
+        self._group_loop: asyncio.AbstractEventLoop | None = None  # the loop it runs on
         self._waiters: list[asyncio.Future[None]] = []  # calls waiting for that sync
 
     def write(
@@ -306,8 +307,8 @@ class Journal:
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         self._waiters.append(waiter)
-        if self._group is None:
-            self._group = loop.call_soon(self._group_sync)
+        if self._group is None or self._group_loop is not loop:  # (an earlier loop's is dead)
+            self._group, self._group_loop = loop.call_soon(self._group_sync), loop
         await waiter
 
     def _group_sync(self) -> None:
