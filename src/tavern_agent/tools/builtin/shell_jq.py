@@ -43,7 +43,7 @@ WORKER = Path(__file__).with_name("jq_worker.py")
 # glibc's fast bins off: libjq's parser frees millions of small blocks, and merging
 # them back (malloc_consolidate) took about 13 % of the worker's CPU on a 10 MB file.
 # The worker clears its environment before jq runs, so jq's `env` never shows these.
-_CHILD_ENV = {"LC_ALL": "C.UTF-8", "GLIBC_TUNABLES": "glibc.malloc.mxfast=0"}
+WORKER_ENV = {"LC_ALL": "C.UTF-8", "GLIBC_TUNABLES": "glibc.malloc.mxfast=0"}
 MEMORY_BYTES = 4 * 1024**3
 MAX_INPUT_BYTES = 256 * 1024**2
 OUTPUT_BYTES = 16 * 1024**2
@@ -264,7 +264,7 @@ async def run_jq(req: Request, data: bytes, env: dict[str, str], seconds: float)
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             pass_fds=(fd,),
-            env=_CHILD_ENV,  # the sandbox's variables travel in the request, never to the loader
+            env=WORKER_ENV,  # the sandbox's variables travel in the request, never to the loader
         )
     finally:
         os.close(fd)  # the worker holds its own descriptor of the input
