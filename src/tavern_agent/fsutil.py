@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -161,3 +162,22 @@ def write_once(path: Path, data: bytes, *, durable: bool = True) -> None:
             os.unlink(tmp)
     if durable:
         _fsync_dir(path.parent)
+
+
+def memory_fd(data: bytes, name: str = "data") -> int:
+    """A descriptor of an anonymous file holding ``data``, at its start: a memfd named
+    ``name`` (an unlinked temporary file where there is none); nothing is left on disk."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    else:
+        with tempfile.TemporaryFile() as handle:
+            fd = os.dup(handle.fileno())
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

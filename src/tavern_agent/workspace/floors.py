@@ -19,8 +19,6 @@ ever written.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
@@ -92,24 +90,6 @@ def read(source: FloorFiles, path: str) -> bytes:
     if files is None or len(rest) != 2 or rest[1] not in files:
         raise FileNotFoundError(path)
     return files[rest[1]]
-
-
-def memory_fd(data: bytes) -> int:
-    """A read-only-use descriptor holding ``data`` (an anonymous file, nothing on disk)."""
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("floor", os.MFD_CLOEXEC)
-    else:  # not Linux: an unlinked temporary file
-        with tempfile.TemporaryFile() as handle:
-            fd = os.dup(handle.fileno())
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.lseek(fd, 0, os.SEEK_SET)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def entries(source: FloorFiles, path: str) -> Iterator[tuple[str, bytes | None]]:

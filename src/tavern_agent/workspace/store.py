@@ -29,7 +29,7 @@ from pathlib import Path
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.results import ToolFailure
-from tavern_agent.fsutil import atomic_write, is_tmp_name
+from tavern_agent.fsutil import atomic_write, is_tmp_name, memory_fd
 from tavern_agent.workspace import floors, paths
 from tavern_agent.workspace.floors import FloorFiles
 from tavern_agent.workspace.roots import CHAT_MOUNT, INTERNAL, RootPolicy
@@ -258,7 +258,7 @@ class Workspace:
     def open_file(self, path: str) -> Iterator[int]:
         """A read-only descriptor of the file (closed on exit); errors as :meth:`read_bytes`."""
         if (source := self._floors(path)) is not None:
-            fd = floors.memory_fd(floors.read(source, path))
+            fd = memory_fd(floors.read(source, path), "floor")
             try:
                 yield fd
             finally:
