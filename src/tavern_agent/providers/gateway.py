@@ -27,9 +27,10 @@ a previous run recorded, so a run reproduces offline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -149,10 +150,13 @@ class ReplayGateway:
         self.run_dir = run_dir
         if not (run_dir / run_layout.RESPONSES_DIR).is_dir():
             raise ValueError(f"{run_dir} holds no {run_layout.RESPONSES_DIR}/ to replay")
-        journal = run_dir / run_layout.JOURNAL_FILE
-        self.children = _recorded_children(journal)
-        self.window = _recorded_window(journal)
-        self.counts = _recorded_counts(journal)
+        try:
+            lines = (run_dir / run_layout.JOURNAL_FILE).read_bytes().splitlines()
+        except FileNotFoundError:
+            lines = []
+        self.children = _recorded_children(lines)
+        self.window = _recorded_window(lines)
+        self.counts = _recorded_counts(lines)
 
     async def window_facts(self) -> WindowFacts | None:
         """The recorded run's window, so the replay sends the requests it sent."""
@@ -187,17 +191,21 @@ class ReplayGateway:
         return None
 
 
-def _recorded_window(journal: Path) -> WindowFacts | None:
-    """The window the recorded run kept its requests within, if it journaled one."""
-    try:
-        lines = journal.read_bytes().splitlines()
-    except FileNotFoundError:
-        return None
+def _payloads(lines: list[bytes], kind: str) -> Iterator[Any]:
+    """The payloads of the recorded journal's ``kind`` lines, in order."""
+    marker = f'"{kind}"'.encode()
     for line in lines:
-        if b'"context_window"' not in line:
-            continue
+        if marker in line:
+            try:
+                yield json.loads(line)["payload"]
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line
+
+
+def _recorded_window(lines: list[bytes]) -> WindowFacts | None:
+    """The window the recorded run kept its requests within, if it journaled one."""
+    for payload in _payloads(lines, "context_window"):
         try:
-            payload = json.loads(line)["payload"]
             tokens, cap = int(payload["tokens"]), int(payload["maxTokens"])
             return WindowFacts(tokens, "recording", cap, float(payload.get("scale") or 1.0))
         except (ValueError, KeyError, TypeError):
@@ -205,40 +213,19 @@ def _recorded_window(journal: Path) -> WindowFacts | None:
     return None
 
 
-def _recorded_counts(journal: Path) -> list[int]:
+def _recorded_counts(lines: list[bytes]) -> list[int]:
     """The server's counts of requests (``context_counted``) the recorded run journaled."""
-    try:
-        lines = journal.read_bytes().splitlines()
-    except FileNotFoundError:
-        return []
     found: list[int] = []
-    for line in lines:
-        if b'"context_counted"' not in line:
-            continue
-        try:
-            found.append(int(json.loads(line)["payload"]["counted"]))
-        except (ValueError, KeyError, TypeError):
-            continue  # a torn last line
+    for payload in _payloads(lines, "context_counted"):
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            found.append(int(payload["counted"]))
     return found
 
 
-def _recorded_children(journal: Path) -> list[str]:
+def _recorded_children(lines: list[bytes]) -> list[str]:
     """Invocation ids of the recording's delegated children, in the order they started."""
-    try:
-        lines = journal.read_bytes().splitlines()
-    except FileNotFoundError:
-        return []
-    found: list[str] = []
-    for line in lines:
-        if b'"invocation_started"' not in line:
-            continue
-        try:
-            payload = json.loads(line)["payload"]
-        except (ValueError, KeyError, TypeError):
-            continue  # a torn last line
-        if payload.get("kind") == "child":
-            found.append(payload["invocationId"])
-    return found
+    started = _payloads(lines, "invocation_started")
+    return [p["invocationId"] for p in started if p.get("kind") == "child"]
 
 
 # ---------------------------------------------------------------- HTTP
