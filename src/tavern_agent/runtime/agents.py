@@ -40,7 +40,7 @@ import asyncio
 import secrets
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from tavern_agent import run_layout
@@ -100,32 +100,26 @@ class AgentHost(Protocol):
         """Give a stopped invocation's open calls their cancelled results."""
 
 
+@dataclass(eq=False)
 class AgentTasks:
     """The delegated tasks of one run and the agent effects' application."""
 
-    def __init__(
-        self,
-        run: Run,
-        journal: Journal,
-        host: AgentHost,
-        source: ProfileSource,
-        *,
-        background: bool = True,
-    ) -> None:
-        self.run = run
-        self.journal = journal
-        self.host = host
-        self.source = source
-        # True: children run as asyncio tasks of this process; False: a durable
-        # engine's host drives them, one step at a time, and await does not block.
-        self.background = background
-        self.tasks: dict[str, AgentTask] = {}
-        self.by_inv: dict[str, AgentTask] = {}
-        self.child_snapshots: dict[str, ToolSnapshot] = {}  # by agent id
-        # await calls left waiting, by (invocation id, call id): call ids are the model's
-        # and need not be unique across invocations
-        self.awaiting: dict[tuple[str, str], AwaitRequested] = {}
-        self._started: dict[str, ev.TaskStarted] = {}  # by child invocation id
+    run: Run
+    journal: Journal
+    host: AgentHost
+    source: ProfileSource
+    # True: children run as asyncio tasks of this process; False: a durable
+    # engine's host drives them, one step at a time, and await does not block.
+    background: bool = field(default=True, kw_only=True)
+    tasks: dict[str, AgentTask] = field(default_factory=dict, init=False)
+    by_inv: dict[str, AgentTask] = field(default_factory=dict, init=False)
+    # by agent id
+    child_snapshots: dict[str, ToolSnapshot] = field(default_factory=dict, init=False)
+    # await calls left waiting, by (invocation id, call id): call ids are the model's
+    # and need not be unique across invocations
+    awaiting: dict[tuple[str, str], AwaitRequested] = field(default_factory=dict, init=False)
+    # by child invocation id
+    _started: dict[str, ev.TaskStarted] = field(default_factory=dict, init=False)
 
     def caller(self, inv: Invocation) -> Profile:
         """The profile of the agent that ``inv`` runs."""
