@@ -30,9 +30,10 @@ SHELL_LIMIT = 600
 LONG_SHELL = f"for i in $(seq {SHELL_LIMIT // 60}); do sleep 60; done"
 
 
-def with_long_shell_calls(profile: dict[str, Any]) -> dict[str, Any]:
-    """``profile`` (a profile's JSON) with shell calls that may run ``SHELL_LIMIT`` s."""
-    return profile | {"limits": {"shell": {"timeoutSeconds": SHELL_LIMIT}}}
+def with_long_shell_calls(profile: dict[str, Any], seconds: int = SHELL_LIMIT) -> dict[str, Any]:
+    """``profile`` (a profile's JSON) with shell calls that may run ``seconds`` s (more than
+    a minute: each is an activity the server schedules, not a local one)."""
+    return profile | {"limits": {"shell": {"timeoutSeconds": seconds}}}
 
 
 def run_messages(chat_file: Path, run_id: str) -> list[str]:

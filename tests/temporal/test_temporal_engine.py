@@ -28,6 +28,7 @@ from tests.runtime.openai_server import CallSpec, OpenAIServer
 from tests.temporal.conftest import ROOT, Workers
 from tests.temporal.helpers import (
     LONG_SHELL,
+    SHELL_LIMIT,
     activity_types,
     cli_command,
     cli_env,
@@ -56,14 +57,29 @@ def on_temporal(address: str, queue: str) -> list[str]:
     return ["--engine", "temporal", "--temporal", address, "--task-queue", queue]
 
 
-def http_run_args(tmp: Path, name: str, base_url: str) -> list[str]:
+def http_run_args(
+    tmp: Path, name: str, base_url: str, shell_seconds: int = SHELL_LIMIT
+) -> list[str]:
     """`run` arguments for a new chat ``tmp/<name>.jsonl`` against the test model server,
-    with the example profile whose shell calls may run ``SHELL_LIMIT`` seconds."""
+    with the example profile whose shell calls may run ``shell_seconds`` seconds."""
     chat = write_chat(tmp / f"{name}.jsonl", ["We reach the ford.", "Seraphina waits."])
+    args = ["run", str(chat), "--profile", str(long_shell_profile(tmp, name, shell_seconds))]
+    args += ["--seed", "7", "--model", "local", "--base-url", base_url]
+    return [*args, "--api-key-env", "NO_KEY_NEEDED"]
+
+
+def long_shell_profile(tmp: Path, name: str, seconds: int = SHELL_LIMIT) -> Path:
+    """The example profile, its shell calls allowed ``seconds`` s: ``tmp/<name>-profile.json``."""
     profile = json.loads((EXAMPLES / "profile.json").read_text(encoding="utf-8"))
-    (tmp / f"{name}-profile.json").write_text(json.dumps(with_long_shell_calls(profile)))
-    args = ["run", str(chat), "--profile", str(tmp / f"{name}-profile.json"), "--seed", "7"]
-    return [*args, "--model", "local", "--base-url", base_url, "--api-key-env", "NO_KEY_NEEDED"]
+    path = tmp / f"{name}-profile.json"
+    path.write_text(json.dumps(with_long_shell_calls(profile, seconds)))
+    return path
+
+
+def with_long_shell_profile(tmp: Path, name: str, args: list[str]) -> list[str]:
+    """``args`` (the example's `run` arguments) with shell calls that may run minutes."""
+    at = args.index("--profile") + 1
+    return [*args[:at], str(long_shell_profile(tmp, name)), *args[at + 1 :]]
 
 
 def run_dir_of(data: Path, chat: Path) -> Path | None:
@@ -125,16 +141,11 @@ def test_the_recorded_run_on_temporal_matches_the_local_engine(
     events = kinds(Path(remote["runDir"]))
     assert events == kinds(Path(local["runDir"]))
     assert len(run_messages(tmp_path / "remote.jsonl", remote["runId"])) == 1
-    # Each model request and each tool call was an activity of its own.
-    calls = events.count("tool_call_requested")
-    assert activities.count("model_request") == events.count("model_request") == 8
-    assert activities.count("tool_call") == calls == 15
-    assert len(activities) == 8 + 15
-    # Local activities but for the shell calls, which the server schedules (any worker
-    # may take them; a worker lost during one is found by its missing heartbeat).
-    shell_calls = payloads(Path(remote["runDir"]), "tool_call_requested")
-    shells = [p for p in shell_calls if p["name"] == "workspace_shell"]
-    assert scheduled == ["tool_call"] * len(shells) and len(shells) == 3
+    # Its steps (8 model requests, 15 calls, the shell calls bounded to 30 s each) ran
+    # as local activities: the first took the run's steps to its end, unless it ran a
+    # minute; the server scheduled none.
+    assert events.count("model_request") == 8 and events.count("tool_call_requested") == 15
+    assert activities[0] == "model_request" and scheduled == []
 
 
 def test_a_long_run_continues_as_new_and_ends_as_on_the_local_engine(
@@ -148,7 +159,9 @@ def test_a_long_run_continues_as_new_and_ends_as_on_the_local_engine(
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any], list[str | None]]:
         local = await cli_json(tmp_path / "local", *example_run_args(tmp_path, "local"))
-        args = example_run_args(tmp_path, "remote")
+        # Shell calls that may run minutes: activities the server schedules, each
+        # followed by a workflow task (where the server suggests continuing as new).
+        args = with_long_shell_profile(tmp_path, "remote", example_run_args(tmp_path, "remote"))
         remote = await cli_json(data, *args, *on_temporal(short_history_server, "long"))
         return local, remote, await workflow_runs(short_history_server, remote["runId"])
 
@@ -172,6 +185,10 @@ def test_concurrent_runs_spread_over_two_workers_each_commit_once(
     submit = on_temporal(temporal_server, "spread")
 
     async def scenario() -> tuple[list[dict[str, Any]], dict[int, set[str]]]:
+        # A run's steps stay on the worker that took its workflow (local activities):
+        # both workers must be there before the runs come.
+        for pid in pids:
+            await polling(temporal_server, "spread", pid)
         outcomes = await asyncio.gather(
             *(
                 cli_json(data, *example_run_args(tmp_path, f"chat{i}"), *submit)
@@ -264,6 +281,43 @@ def test_a_killed_worker_s_runs_finish_on_the_other_without_repeating_effects(
             assert shell.get("errorCode") is None and "done" in shell["content"], shell
 
 
+def test_a_worker_killed_during_a_local_shell_call_leaves_it_unknown_to_the_next(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """A shell call bounded to a minute is a local activity: the worker killed during it
+    takes the workflow task with it; after the task's timeout the other worker runs the
+    run on from the journal, and the call cut off gets the outcome-unknown result."""
+    data = tmp_path / "data"
+    workers = Workers(temporal_server, data, "kill-local")
+    first = workers.start()
+
+    async def scenario(base_url: str) -> tuple[dict[str, Any], dict[int, set[str]]]:
+        args = http_run_args(tmp_path, "chat", base_url, shell_seconds=60)
+        running = asyncio.ensure_future(
+            cli_json(data, *args, *on_temporal(temporal_server, "kill-local"))
+        )
+        (run_dir,) = await shell_running(data, [tmp_path / "chat.jsonl"])
+        assert await running_step_worker(temporal_server, run_dir.name) is None  # local
+        await polling(temporal_server, "kill-local", workers.start().pid)
+        workers.kill(first)
+        outcome = await running
+        return outcome, await steps_by_worker(temporal_server, [outcome["runId"]])
+
+    try:
+        with OpenAIServer(shell_turns("sleep 50")) as server:
+            outcome, by_worker = asyncio.run(scenario(server.base_url))
+    finally:
+        workers.stop_all()
+    assert (outcome["status"], outcome["commits"]) == ("completed", 2)
+    assert set(by_worker) - {first.pid}  # the other worker ran the run on
+    run_dir = Path(outcome["runDir"])
+    events = kinds(run_dir)
+    assert events.count("tool_call_started") == 4 and events.count("run_completed") == 1
+    assert [p["index"] for p in payloads(run_dir, "commit_confirmed")] == [1, 2]
+    shell = payloads(run_dir, "tool_result_stored")[2]["result"]
+    assert shell["errorCode"] == "tool.outcome_unknown", shell  # not run again
+
+
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_stopped_worker_leaves_its_run_to_another(
     temporal_server: str, tmp_path: Path, stop: signal.Signals
@@ -295,6 +349,40 @@ def test_a_stopped_worker_leaves_its_run_to_another(
     assert "run_cancelled" not in kinds(run_dir)
     shell = payloads(run_dir, "tool_result_stored")[2]["result"]
     assert shell["errorCode"] == "tool.outcome_unknown"  # cut off, not run again
+
+
+def test_a_worker_stopped_during_a_local_model_request_leaves_its_run_to_another(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """A model request is a local activity: stopping its worker must not cancel the run;
+    the other worker asks the model again and the run ends as it would have."""
+    data = tmp_path / "data"
+    workers = Workers(temporal_server, data, "stop-asking")
+    first = workers.start()
+
+    async def scenario(server: OpenAIServer) -> dict[str, Any]:
+        args = http_run_args(tmp_path, "chat", server.base_url)
+        running = asyncio.ensure_future(
+            cli_json(data, *args, *on_temporal(temporal_server, "stop-asking"))
+        )
+        while not server.paused.is_set():  # the second model request waits unanswered
+            await asyncio.sleep(0.05)
+        await polling(temporal_server, "stop-asking", workers.start().pid)
+        first.send_signal(signal.SIGTERM)
+        return await running
+
+    try:
+        with OpenAIServer(shell_turns("echo hi"), pause_once_at=1) as server:
+            outcome = asyncio.run(scenario(server))
+    finally:
+        workers.stop_all()
+    assert first.returncode == 0
+    assert (outcome["status"], outcome["commits"]) == ("completed", 2)
+    run_dir = Path(outcome["runDir"])
+    events = kinds(run_dir)
+    assert "run_cancelled" not in events and events.count("run_completed") == 1
+    assert events.count("tool_call_started") == 4  # no call run twice
+    assert run_messages(tmp_path / "chat.jsonl", outcome["runId"]) == ["Rowan wades in."]
 
 
 CANCEL_TURNS: list[list[CallSpec]] = [

@@ -31,6 +31,7 @@ from tavern_agent import run_layout
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.ids import ToolId
+from tavern_agent.core.profile import Profile
 from tavern_agent.providers.gateway import ModelError, ModelGateway
 from tavern_agent.providers.transcript import AssistantMessage, UserMessage
 from tavern_agent.runtime import events as ev
@@ -135,15 +136,17 @@ class Engine:
         """Whether the engine's state is the fold of the journal as this engine wrote it."""
         return self._live
 
-    def call_tool(self, call_id: str) -> ToolId | None:
-        """The tool the open turn's call ``call_id`` names (None: no such call or tool)."""
+    def call_tool(self, call_id: str) -> tuple[ToolId | None, Profile]:
+        """The tool the open turn's call ``call_id`` names (None: no such call or tool),
+        and the profile of the invocation that made it (its limits)."""
         inv = self._state.current
+        profile = inv.profile or self._run.profile
         turn = inv.last_turn()
         for rc in turn.calls if turn is not None else ():
             if rc.call_id == call_id and isinstance(rc.name, str):
                 binding = inv.snapshot.by_name(rc.name)
-                return None if binding is None else binding.tool_id
-        return None
+                return (None if binding is None else binding.tool_id), profile
+        return None, profile
 
     async def __aenter__(self) -> Engine:
         return self

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from temporalio import activity
 from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly
 from tavern_agent.core.ids import ToolId, ToolKind
+from tavern_agent.core.profile import Profile
 from tavern_agent.providers.choice import gateway_for
 from tavern_agent.providers.gateway import ModelGateway, ModelReply, ModelRequest
 from tavern_agent.providers.window import WindowFacts
@@ -54,8 +56,11 @@ from tavern_agent.temporal.workflow import (
 
 T = TypeVar("T")
 LOCK_POLL = 0.05  # seconds between tries of a run's step lock
-# Built-ins whose calls may run long: activities of their own, not local ones.
-LONG_BUILTINS = frozenset({ToolId.builtin("workspace.shell")})
+SHELL = ToolId.builtin("workspace.shell")
+# A shell call that may run longer than this (its profile's limit) is scheduled by the
+# server rather than run as a local activity.
+LOCAL_CALL_SECONDS = 60.0
+BATCH_SECONDS = 60.0  # a local activity takes no further step of its run after this long
 
 
 class RunLock:
@@ -165,7 +170,7 @@ def outcome_of(step: object, engine: Engine) -> StepOutcome:
     """
     live = [t.id for t in engine.agents.live()]
     if isinstance(step, NextCall):
-        local = quick_call(engine.call_tool(step.call_id))
+        local = quick_call(*engine.call_tool(step.call_id))
         return StepOutcome(kind="NextCall", live_tasks=live, call_id=step.call_id, local=local)
     if isinstance(step, Awaiting):
         return StepOutcome(
@@ -175,7 +180,7 @@ def outcome_of(step: object, engine: Engine) -> StepOutcome:
             wait_mode=step.mode,
             wait_ms=step.timeout_ms,
             call_id=step.call_id,  # answered by the next activity, once the wait is over
-            local=quick_call(engine.call_tool(step.call_id)),
+            local=quick_call(*engine.call_tool(step.call_id)),
         )
     if not isinstance(step, RunResult):
         return StepOutcome(kind=type(step).__name__, live_tasks=live)
@@ -191,13 +196,29 @@ def outcome_of(step: object, engine: Engine) -> StepOutcome:
     )
 
 
-def quick_call(tool: ToolId | None) -> bool:
+def quick_call(tool: ToolId | None, profile: Profile) -> bool:
     """Whether a call of ``tool`` may run as a local activity: a built-in that runs in
-    the worker's process for a moment (not a shell command, which may run for minutes,
-    nor an MCP or extension tool, which answer when they answer). Such calls stay
-    activities the server schedules: any worker may take them, and a worker that
-    dies during one is found by its missing heartbeat."""
-    return tool is None or (tool.kind is ToolKind.BUILTIN and tool not in LONG_BUILTINS)
+    the worker's process, for at most a minute when it is a shell command (its
+    profile's limit). A longer shell command, and the calls of MCP and extension tools
+    (which answer when they answer), stay activities the server schedules: any worker
+    may take them, and Temporal shows each as pending, with its worker and heartbeats."""
+    if tool is None:
+        return True  # no such tool: the call's result is an error, at once
+    if tool.kind is not ToolKind.BUILTIN:
+        return False
+    return tool != SHELL or profile.limits.shell.timeout_seconds <= LOCAL_CALL_SECONDS
+
+
+def goes_on_here(outcome: StepOutcome, engine: Engine) -> bool:
+    """Whether a local activity may take the run's next step itself (see
+    ``RunActivities._steps_from``): a model request or a quick call, no delegated
+    task live, and nobody else wrote to the journal while the model answered."""
+    gateway = engine.gateway
+    if outcome.live_tasks or (isinstance(gateway, UnlockedWhileAsking) and gateway.moved):
+        return False
+    if outcome.kind == "NextCall":
+        return outcome.local
+    return outcome.kind in ("NextRound", "HandedOff")
 
 
 @dataclass
@@ -280,19 +301,41 @@ class RunActivities:
 
     @activity.defn(name=MODEL_ACTIVITY)
     async def model_request(self, run_dir: str) -> StepOutcome:
-        """The run's next model request (none while calls of its turn are open)."""
-        return await self._with_engine(
-            run_dir, lambda e: self._run_step(e, cancel=False, one_call=True)
-        )
+        """The run's next model request (none while calls of its turn are open); as a
+        local activity, the quick steps after it too (see :meth:`_steps_from`)."""
+        return await self._with_engine(run_dir, lambda e: self._steps_from(e, None))
 
     @activity.defn(name=CALL_ACTIVITY)
     async def tool_call(self, call: CallInput) -> StepOutcome:
         """The run's call ``call.call_id`` if it is the next one (then the turn's end
-        after its last call); a call with a result already is not run again."""
-        return await self._with_engine(
-            call.run_dir,
-            lambda e: self._run_step(e, cancel=False, one_call=True, call_id=call.call_id),
-        )
+        after its last call); a call with a result already is not run again. As a
+        local activity, the quick steps after it too."""
+        return await self._with_engine(call.run_dir, lambda e: self._steps_from(e, call.call_id))
+
+    async def _steps_from(self, engine: Engine, call_id: str | None) -> tuple[StepOutcome, bool]:
+        """A model request (``call_id`` None) or the call ``call_id``; a local activity then
+        takes the run's next steps itself while they are model requests and quick calls.
+
+        Each answer to the workflow costs the SDK's work on both sides (about 4 ms of
+        CPU) and records nothing the journal does not have; the workflow has work only
+        at a step the server must schedule (a shell or external call), at an await, when
+        the run ends, or when delegated tasks are live (their workflows start, and their
+        steps take turns with the run's), or after ``BATCH_SECONDS`` (the workflow may
+        then continue as new). A retry goes on from the journal either way.
+        """
+        outcome, going = await self._run_step(engine, cancel=False, one_call=True, call_id=call_id)
+        until = time.monotonic() + BATCH_SECONDS
+        while (
+            going
+            and activity.info().is_local
+            and goes_on_here(outcome, engine)
+            and time.monotonic() < until
+        ):
+            next_call = outcome.call_id if outcome.kind == "NextCall" else None
+            outcome, going = await self._run_step(
+                engine, cancel=False, one_call=True, call_id=next_call
+            )
+        return outcome, going
 
     @activity.defn(name=STEP_ACTIVITY)
     async def run_step(self, run_dir: str) -> StepOutcome:
