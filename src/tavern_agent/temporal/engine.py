@@ -49,10 +49,11 @@ class TemporalEngine:
         """``activity_per_call``: each model request and each tool call is an activity
         (the default); else one activity per step (a model request, or a whole turn's
         calls), which saves round trips through the server. ``local_activities``: model
-        requests and quick calls run as local activities on the worker that runs the
-        run's workflow (the default; shell commands and external tools stay activities
-        the server schedules); else every one is scheduled. ``patience_seconds``: how
-        long a followed run may go without the server; ``notice`` says each retry."""
+        requests and built-in calls run as local activities on the worker that runs the
+        run's workflow (the default; shell calls allowed more than a minute and external
+        tools stay activities the server schedules); else every one is scheduled.
+        ``patience_seconds``: how long a followed run may go without the server;
+        ``notice`` says each retry."""
         try:
             from tavern_agent.temporal.workflow import DEFAULT_TASK_QUEUE
         except ImportError:
