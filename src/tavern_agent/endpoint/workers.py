@@ -152,7 +152,8 @@ class Worker:
             pending.ended.set_result(outcome)
 
     def _fail_all(self) -> None:
-        why = f"the worker process ended (exit code {self.process.returncode})"
+        code = self.process.returncode
+        why = "the worker process ended" + ("" if code is None else f" (exit code {code})")
         if not self.ready.done():
             self.ready.set_exception(RunStartFailed(why))
             self.ready.exception()  # seen here: the runs that wait for it say it themselves
@@ -193,7 +194,7 @@ class Worker:
         except asyncio.CancelledError:
             # As in one process: the cancelled task ends once the run has journaled it.
             self.send("cancel", run_id)
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(asyncio.shield(pending.ended), STOP_SECONDS)
             raise
         if outcome is None:  # the worker was stopped on its own (SIGTERM)
