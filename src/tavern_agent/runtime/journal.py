@@ -296,7 +296,7 @@ class Journal:
         self._unsynced = False
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
-            if not waiter.done():
+            if not waiter.done() and not waiter.get_loop().is_closed():
                 waiter.set_result(None)
 
     async def synced(self) -> None:
