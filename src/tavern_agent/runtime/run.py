@@ -236,7 +236,7 @@ class Run:
             record["skippedChatLines"] = [s.line for s in chat.skipped]
         tools = RunTools(assembly, scene, spec.protocol)
         run = cls(run_id, run_dir, data, tools, record, profile, ws, chat_run)
-        card = _card_fields(spec.card)
+        card = _card_fields(spec.chat.card if spec.chat is not None else spec.card)
         _write_json(run_dir / run_layout.CARD_FILE, card)
         if chat_run is not None:
             store = PersistStore(run.chat_workspace or run_dir)
