@@ -223,8 +223,29 @@ def check_protocol(snapshot: ToolSnapshot, protocol: ModelProtocol) -> None:
 
 
 def wire_schema(binding: ToolBinding) -> dict[str, Any]:
-    """The binding's parameter schema as the snapshot's protocol receives it, as a fresh dict."""
-    return dict(binding.protocol_parameters or {"type": "object"})
+    """The binding's parameter schema as the snapshot's protocol receives it, as a fresh dict.
+
+    Without ``"additionalProperties": false``: the gate refuses unknown arguments
+    anyway (naming them), and a model that reads the schema as text pays for the
+    words in every request (about 6 tokens an object; a strict schema keeps them).
+    """
+    return _open(binding.protocol_parameters or {"type": "object"})
+
+
+def _open(schema: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        key: _open_value(value)
+        for key, value in schema.items()
+        if not (key == "additionalProperties" and value is False)
+    }
+
+
+def _open_value(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return _open(value)
+    if isinstance(value, list):
+        return [_open_value(v) for v in value]
+    return value
 
 
 def strict_schema(binding: ToolBinding) -> dict[str, Any] | None:

@@ -24,9 +24,7 @@ from tavern_agent.workspace.roots import MESSAGE_BODY
 
 @builtin_tool(
     "workspace.commit",
-    description=(
-        "Publish a file as this run's chat reply. Commit again after more edits; finish when done."
-    ),
+    description=("Publish a file as this run's chat reply; commit again after more edits."),
     parameters=object_schema(
         {
             "file_path": {"type": "string", "description": f"Default {MESSAGE_BODY}."},

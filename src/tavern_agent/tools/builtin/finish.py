@@ -19,7 +19,7 @@ from tavern_agent.tools.context import CallContext
 
 @builtin_tool(
     "workspace.finish",
-    description="End this run once the reply is committed. Call it alone or last in a turn.",
+    description="End this run once the reply is committed.",
     parameters=object_schema(
         {"reason": {"type": "string", "description": "Optional: what was done."}}
     ),

@@ -29,8 +29,8 @@ CONTEXT_LINES = 5  # lines before and after old_string that a hint asks to read
 @builtin_tool(
     "workspace.apply_patch",
     description=(
-        "Replace exact text in a file you have read: old_string must match the file "
-        "exactly (no line numbers) and be unique unless replace_all is true."
+        "Replace exact text (no line numbers) in a file you have read; old_string must be "
+        "unique unless replace_all is true."
     ),
     parameters=object_schema(
         {

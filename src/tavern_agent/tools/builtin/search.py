@@ -56,8 +56,8 @@ CHUNK = 100  # files per run handed to one reader (see search_worker)
 @builtin_tool(
     "workspace.search_files",
     description=(
-        "Search file contents with a regular expression (RE2 syntax; (?i) for any case). "
-        "Without path it searches all files except tool-results/ and skills/."
+        "Search file contents with an RE2 regular expression ((?i): any case). Without "
+        "path: all files but tool-results/ and skills/."
     ),
     parameters=object_schema(
         {

@@ -264,10 +264,9 @@ def describe_shell(offer: Offer) -> str:
             folders += f"; {either(read_only, 'and')} {verb} read-only"
     seconds = offer.profile.limits.shell.timeout_seconds
     return (
-        f"Run bash in a sandbox. {folders}. Each call starts fresh; files persist. "
-        f"Has coreutils, rg, sed, awk, jq; no network or host programs; {seconds:g} s limit. "
-        "python3 is a subset: no re, collections, itertools, inheritance, sys.stdin. "
-        "node/js: QuickJS, require fs/path, no npm."
+        f"Run bash in a sandbox. {folders}. Files persist between calls. Has coreutils, rg, "
+        "sed, awk, jq, a python3 subset (no re, collections, itertools) and QuickJS node; "
+        f"no network; {seconds:g} s limit."
     )
 
 
@@ -275,10 +274,9 @@ def describe_shell(offer: Offer) -> str:
     "workspace.shell",
     description=(
         "Run bash in a sandbox. Workspace folders are at /<folder>, e.g. /output/main.md; "
-        "/skills and /tool-results are read-only. Each call starts fresh; files persist. "
-        "Has coreutils, rg, sed, awk, jq; no network or host programs; 30 s limit. "
-        "python3 is a subset: no re, collections, itertools, inheritance, sys.stdin. "
-        "node/js: QuickJS, require fs/path, no npm."
+        "/skills and /tool-results are read-only. Files persist between calls. Has coreutils, "
+        "rg, sed, awk, jq, a python3 subset (no re, collections, itertools) and QuickJS node; "
+        "no network; 30 s limit."
     ),
     describe=describe_shell,
     parameters={
