@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from tavern_agent import run_layout
+from tavern_agent.core.profile import Profile
 from tavern_agent.runtime.scripted import Turn, call, calls, say
 from tests.runtime.helpers import COMMIT, FINISH, Harness, events, profile, results, types, write
 
@@ -221,3 +222,17 @@ def test_large_arguments_go_to_a_file_named_in_the_journal(tmp_path: Path) -> No
     assert "arguments" not in first
     record = json.loads((run.run_dir / first["argumentsRef"]).read_text())
     assert json.loads(record["raw"])["content"] == chapter
+
+
+def test_a_model_that_keeps_answering_without_a_call_is_stuck(tmp_path: Path) -> None:
+    # A small local model told how to finish after each text-only turn, and writing text
+    # again each time, would spend every round of the run on it.
+    h = Harness(tmp_path)
+    prof = Profile.from_json(
+        {**profile().to_json(), "limits": {"maxRounds": 20, "maxIdenticalFailures": 3}}
+    )
+    run, result = h.drive([say(f"Seraphina waits ({n}).") for n in range(20)], prof)
+    assert result.status == "failed" and result.error_code == "model.stuck"
+    assert result.rounds == 3
+    assert [e["type"] for e in events(run)].count("reminder_added") == 2
+    assert "3 times in a row without a tool call" in (result.message or "")

@@ -97,7 +97,8 @@ class Limits(_Model):
     """A profile's budgets: rounds, calls per invocation and per tool, inline result size, shell.
 
     ``max_identical_failures``: the run stops (``model.stuck``) once one call, same
-    name and arguments, has failed this many times in a row with the same error.
+    name and arguments, has failed this many times in a row with the same error, or
+    the model has answered this many chat turns in a row without a call.
     """
 
     max_rounds: int = Field(DEFAULT_MAX_ROUNDS, ge=1, le=10_000)

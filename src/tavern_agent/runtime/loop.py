@@ -46,7 +46,7 @@ from tavern_agent.runtime.handoff import Handoffs
 from tavern_agent.runtime.invocation import Invocation
 from tavern_agent.runtime.journal import Journal, Listener
 from tavern_agent.runtime.parts import RunParts
-from tavern_agent.runtime.policy import rounds_stop
+from tavern_agent.runtime.policy import rounds_stop, silent_stop
 from tavern_agent.runtime.profiles import ProfileSource
 from tavern_agent.runtime.prompt import text_turn_reminder
 from tavern_agent.runtime.requests import ModelRequests
@@ -377,6 +377,10 @@ class Engine:
         if isinstance(last, AssistantMessage) and not last.calls:
             if self._run.scene is Scene.SESSION:
                 return Finished(last.text)
+            limit = (inv.profile or self._run.profile).limits.max_identical_failures
+            silent = silent_stop(inv.transcript.items, limit)
+            if silent is not None:
+                return silent
             self._remind(inv, last)
         stop = rounds_stop(inv.round, (inv.profile or self._run.profile).limits.max_rounds)
         if stop is not None:

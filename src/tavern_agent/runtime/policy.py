@@ -32,8 +32,10 @@ one module so they can be read, and changed, together:
   streak). The third such failure's result is a shorter, stronger hint that
   names what is valid; once a call has failed ``limits.maxIdenticalFailures``
   times so, the main line stops at the end of the turn (``model.stuck``;
-  a partial success if it committed). The streaks are read from the
-  transcript, so a resumed run counts as the live one did.
+  a partial success if it committed). So does a chat run whose model has
+  answered that many turns in a row without a call, each reminded how to
+  finish. The streaks are read from the transcript, so a resumed run counts
+  as the live one did.
 * **No stranded runs.** When a foreground run's call budget is spent before
   any explicit commit, nothing the model can do will finish the run (commits
   are refused for the budget, and finishing needs a commit): the run stops at
@@ -65,7 +67,7 @@ from tavern_agent.core.tool_ids import (
     TASK_RETURN,
     WRITE_FILE,
 )
-from tavern_agent.providers.transcript import RecordedCall
+from tavern_agent.providers.transcript import AssistantMessage, RecordedCall, TranscriptItem
 from tavern_agent.runtime.turns import Stopped
 from tavern_agent.tools.snapshot import ToolBinding, ToolSnapshot
 from tavern_agent.workspace.roots import MESSAGE_BODY
@@ -276,6 +278,24 @@ def stuck_stop(
             )
             return Stopped(ErrorCode.MODEL_STUCK, text)
     return None
+
+
+def silent_stop(items: Sequence[TranscriptItem], limit: int) -> Stopped | None:
+    """Stop the main line once the model has answered ``limit`` turns in a row without a
+    call, each after being told how to finish: it is not going to."""
+    count = 0
+    for item in reversed(items):
+        if isinstance(item, AssistantMessage):
+            if item.calls:
+                break
+            count += 1
+    if count < limit:
+        return None
+    text = (
+        f"The model answered {count} times in a row without a tool call, told each time how "
+        "to finish; it did not change course."
+    )
+    return Stopped(ErrorCode.MODEL_STUCK, text)
 
 
 # ---------------------------------------------------------------- rounds
