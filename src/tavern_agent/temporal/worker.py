@@ -32,6 +32,19 @@ STICKY_WAIT = timedelta(seconds=2)
 
 _SDK_LOG = logging.getLogger("tavern_agent.temporal.sdk")
 _runtime_level: str | None = None
+# The SDK's warning for a workflow task that took more than 5 s. A run's local
+# activity keeps its workflow task open while it takes the run's steps (a model
+# may answer for minutes; the worker reports the task alive meanwhile), so that
+# is how the work goes here, not a fault.
+LONG_TASK_WARNING = "[TMPRL1104]"
+
+
+class _DropLongTaskWarnings(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return LONG_TASK_WARNING not in record.getMessage()
+
+
+_SDK_LOG.addFilter(_DropLongTaskWarnings())
 
 
 def _sdk_logs_to_python(level: str) -> None:
