@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tavern_agent.assembly import Assembly, ChatSource
+from tavern_agent.chat.st_data import Participants
 from tavern_agent.config import resolve_profile
 from tavern_agent.inputs import load_card, load_world
 from tavern_agent.providers.gateway import ReplayGateway
@@ -73,7 +74,9 @@ async def start_runs(data: Path, count: int) -> list[Run]:
         for _ in range(count):
             chat = data.parent / f"chat-{len(list(data.parent.glob('chat-*')))}.jsonl"
             shutil.copyfile(EXAMPLES / "chat.jsonl", chat)
-            source = ChatSource(chat, (world,), card, 7, character_file="seraphina-card")
+            source = ChatSource(
+                chat, (world,), card, 7, participants=Participants(character_file="seraphina-card")
+            )
             record = {"kind": "replay", "dir": str(RECORDED)}
             spec = RunSpec(prof, chat_file=chat, seed=7, model=record, chat=source)
             runs.append(Run.start(assembly, spec))

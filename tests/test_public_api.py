@@ -27,6 +27,7 @@ PUBLIC = {
         "ModelConfig",
         "ModelProtocol",
         "Opaque",
+        "Participants",
         "Profile",
         "Registration",
         "ReplayGateway",

@@ -42,6 +42,7 @@ _EXPORTS = {
     "ModelConfig": "tavern_agent.providers.gateway",
     "ModelProtocol": "tavern_agent.core.naming",
     "Opaque": "tavern_agent.runtime.events",
+    "Participants": "tavern_agent.chat.st_data",
     "Profile": "tavern_agent.core.profile",
     "Registration": "tavern_agent.mcp.registrations",
     "ReplayGateway": "tavern_agent.providers.gateway",

@@ -30,7 +30,7 @@ import logging
 import random
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +39,7 @@ from tavern_agent.chat.formats import ChatFile
 from tavern_agent.chat.mount import prepare_run_mount
 from tavern_agent.chat.repository import FileChatRepository
 from tavern_agent.chat.run_input import ChatRun, file_stamp, freeze, scan_context
+from tavern_agent.chat.st_data import Participants, StSelection
 from tavern_agent.chat.world_books import WorldBook
 from tavern_agent.core.closing import AsyncClosing
 from tavern_agent.core.descriptors import Scene
@@ -61,7 +62,6 @@ from tavern_agent.workspace.store import Workspace
 
 if TYPE_CHECKING:
     from tavern_agent.chat.activation import ActivationSettings
-    from tavern_agent.chat.st_data import StSelection
 
 log = logging.getLogger(__name__)
 Closer = Callable[[], Awaitable[None]]
@@ -75,10 +75,9 @@ class ChatSource:
     lorebook is activated too unless ``card_book`` is false (a SillyTavern
     folder uses the imported copy in ``worlds/`` instead). ``seed`` makes
     activation's random choices repeatable; ``settings`` are the world info
-    settings (defaults if ``None``). The rest is what a SillyTavern folder
-    knows (:func:`from_st_data`): the persona (``{{user}}`` and its
-    description), the card's file stem and tags (character filters) and a
-    group's member names.
+    settings (defaults if ``None``). ``participants`` is who the chat is
+    between (persona, card file stem and tags, group members): what a
+    SillyTavern folder knows (:func:`from_st_data`).
     """
 
     chat_file: Path
@@ -87,11 +86,7 @@ class ChatSource:
     seed: int | None = None
     settings: ActivationSettings | None = None
     card_book: bool = True
-    user_name: str | None = None
-    persona: str = ""
-    character_file: str = ""
-    character_tags: frozenset[str] | None = None
-    group_members: tuple[str, ...] = ()
+    participants: Participants = field(default_factory=Participants)
 
     @classmethod
     def from_st_data(cls, selection: StSelection, *, seed: int | None = None) -> ChatSource:
@@ -103,11 +98,7 @@ class ChatSource:
             seed,
             selection.settings,
             card_book=False,
-            user_name=selection.user_name,
-            persona=selection.persona,
-            character_file=selection.character_file,
-            character_tags=selection.character_tags,
-            group_members=selection.group_members,
+            participants=selection.participants,
         )
 
 
@@ -292,11 +283,7 @@ class Assembly(AsyncClosing):
             chat,
             character=character,
             card=card,
-            user=source.user_name,
-            persona=source.persona,
-            character_file=source.character_file,
-            character_tags=source.character_tags,
-            group=source.group_members,
+            participants=source.participants,
         )
         run_input = freeze(
             chat,

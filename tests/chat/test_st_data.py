@@ -131,8 +131,9 @@ def test_selection_picks_card_chat_books_and_settings(st: Path) -> None:
         ("Toaru", "global"),
     ]
     assert chosen.settings.scan_depth == 4 and chosen.settings.max_context == 8192
-    assert chosen.user_name == "Ann" and chosen.persona == "A traveller."
-    assert chosen.character_file == "Seraphina" and chosen.character_tags == {"tag-healer"}
+    assert chosen.participants.user_name == "Ann" and chosen.participants.persona == "A traveller."
+    assert chosen.participants.character_file == "Seraphina"
+    assert chosen.participants.character_tags == {"tag-healer"}
     by_name = open_st_data(st, character="Seraphina", chat="Seraphina - 2024-01-01@10h00m00s")
     assert by_name.chat_file.stem.endswith("2024-01-01@10h00m00s")
     with pytest.raises(StDataError, match="there are: Aqua"):
@@ -153,7 +154,7 @@ def test_group_selection(st: Path) -> None:
     chosen = open_st_data(st, group="adventurers")
     assert chosen.chat_file.name == "1701000000001.jsonl"
     assert chosen.card is not None and chosen.card.name == "Aqua"  # the newest to speak
-    assert chosen.group_members == ("Seraphina", "Aqua")
+    assert chosen.participants.group_members == ("Seraphina", "Aqua")
     # SillyTavern scans the replying member's own books only (getCharacterLore, this_chid)
     assert "Eldoria" not in [b.name for b in chosen.books]
     picked = open_st_data(st, group="Adventurers", character="Seraphina")

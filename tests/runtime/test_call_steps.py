@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tavern_agent.assembly import Assembly, ChatSource
+from tavern_agent.chat.st_data import Participants
 from tavern_agent.config import resolve_profile
 from tavern_agent.core.profile import Profile
 from tavern_agent.inputs import load_card, load_world
@@ -176,7 +177,9 @@ async def recorded_run(data: Path) -> Run:
         shutil.copyfile(EXAMPLES / "chat.jsonl", chat)
         card = load_card(EXAMPLES / "seraphina-card.json")
         world = load_world(EXAMPLES / "eldoria-world.json")
-        source = ChatSource(chat, (world,), card, 7, character_file="seraphina-card")
+        source = ChatSource(
+            chat, (world,), card, 7, participants=Participants(character_file="seraphina-card")
+        )
         record = {"kind": "replay", "dir": str(EXAMPLES / "recorded-run")}
         prof = resolve_profile(str(EXAMPLES / "profile.json"), data)
         return Run.start(assembly, RunSpec(prof, chat_file=chat, seed=7, model=record, chat=source))

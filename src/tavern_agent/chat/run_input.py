@@ -41,6 +41,7 @@ from tavern_agent.chat.repository import (
     prefix_digest,
 )
 from tavern_agent.chat.search import ChatIndex, ChatScan, Searcher
+from tavern_agent.chat.st_data import Participants
 from tavern_agent.chat.world_books import WorldBook
 from tavern_agent.fsutil import atomic_write
 
@@ -140,14 +141,11 @@ def scan_context(
     *,
     character: str,
     card: CharacterCard | None = None,
-    user: str | None = None,
-    persona: str = "",
-    character_file: str = "",
-    character_tags: frozenset[str] | None = None,
-    group: tuple[str, ...] = (),
+    participants: Participants | None = None,
 ) -> ScanContext:
     """What activation needs besides the messages: names for macros, card texts, the
     chat's stored timed effects, and what character filters look at."""
+    participants = participants or Participants()
     data = card.data if card is not None else {}
 
     def text(name: str) -> str:
@@ -155,19 +153,19 @@ def scan_context(
         return value if isinstance(value, str) else ""
 
     macros = MacroValues(
-        user=user or chat.speaker(user=True) or "User",
+        user=participants.user_name or chat.speaker(user=True) or "User",
         char=character,
-        group=group,
-        persona=persona,
+        group=participants.group_members,
+        persona=participants.persona,
         description=text("description"),
         personality=text("personality"),
         scenario=text("scenario"),
     )
     return ScanContext(
         macros=macros,
-        character_file=character_file,
-        character_tags=character_tags,
-        texts=card_texts(card, persona),
+        character_file=participants.character_file,
+        character_tags=participants.character_tags,
+        texts=card_texts(card, participants.persona),
         timed=chat.metadata.get("timedWorldInfo"),
     )
 

@@ -57,19 +57,32 @@ class StDataError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Participants:
+    """Who a chat is between, as macros and character filters see them.
+
+    ``user_name`` and ``persona`` are ``{{user}}`` and its description (the
+    chat's own user name when ``None``); ``character_file`` and
+    ``character_tags`` are the card's file stem and tags (characterFilter);
+    ``group_members`` are a group chat's member names (``{{group}}``).
+    """
+
+    user_name: str | None = None
+    persona: str = ""
+    character_file: str = ""
+    character_tags: frozenset[str] | None = None
+    group_members: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class StSelection:
-    """What ``--st-data`` chose: the chat, its card, lorebooks, settings and persona."""
+    """What ``--st-data`` chose: the chat, its card, lorebooks, settings and who takes part."""
 
     chat_file: Path
     card: CharacterCard | None
-    character_file: str  # the card's file stem (characterFilter names)
     books: tuple[WorldBook, ...]
     settings: ActivationSettings
-    user_name: str | None = None
-    persona: str = ""
-    character_tags: frozenset[str] | None = None
+    participants: Participants = field(default_factory=Participants)
     group: str | None = None
-    group_members: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())  # books named but missing, and the like
 
 
@@ -335,15 +348,17 @@ def _selection(
     return StSelection(
         chat_file=chat_file,
         card=card,
-        character_file=card_path.stem,
         books=tuple(books),
         settings=activation_settings(settings),
-        user_name=user,
-        persona=persona,
-        character_tags=frozenset(t for t in tags if isinstance(t, str))
-        if isinstance(tags, list)
-        else None,
+        participants=Participants(
+            user_name=user,
+            persona=persona,
+            character_file=card_path.stem,
+            character_tags=frozenset(t for t in tags if isinstance(t, str))
+            if isinstance(tags, list)
+            else None,
+            group_members=members,
+        ),
         group=group,
-        group_members=members,
         notes=tuple(notes),
     )

@@ -14,13 +14,15 @@ import click
 
 from tavern_agent.assembly import Assembly, ChatSource
 from tavern_agent.chat.activation import ActivationSettings
-from tavern_agent.chat.st_data import LATEST, StDataError, open_st_data
+from tavern_agent.chat.st_data import LATEST, Participants, StDataError, open_st_data
 from tavern_agent.config import resolve_profile
 from tavern_agent.core.descriptors import Scene
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.inputs import InputError, load_card, load_world
 from tavern_agent.mcp.approval import ASK_MODES
+from tavern_agent.providers.choice import BASE_URL_ENV, ModelChoiceError, model_gateway
+from tavern_agent.providers.gateway import ModelGateway
 from tavern_agent.providers.openai_chat import COMPAT_MODES
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -126,6 +128,65 @@ def context_window_option(f: F) -> F:
     return option(f)
 
 
+def model_options(*, model_help: str, replay_help: str) -> Callable[[F], F]:
+    """The options that name the model a command's runs call (read back as :class:`ModelFlags`):
+    ``--model``, ``--replay``, ``--base-url``, ``--protocol``, ``--api-key-env``,
+    ``--compat`` and ``--context-window``; the command says what its model and replay do."""
+
+    def apply(f: F) -> F:
+        f = context_window_option(compat_option(f))
+        f = click.option(
+            "--api-key-env",
+            default="OPENAI_API_KEY",
+            show_default=True,
+            help="Environment variable holding the model's API key.",
+        )(f)
+        f = click.option(
+            "--protocol", type=click.Choice(PROTOCOLS), default="openai_chat", show_default=True
+        )(f)
+        f = click.option(
+            "--base-url", default=None, help=f"The model's API base URL (default ${BASE_URL_ENV})."
+        )(f)
+        f = click.option(
+            "--replay",
+            type=click.Path(path_type=Path, file_okay=False, exists=True),
+            default=None,
+            help=replay_help,
+        )(f)
+        return click.option("--model", default=None, help=model_help)(f)
+
+    return apply
+
+
+@dataclass(frozen=True)
+class ModelFlags:
+    """The model options of ``run`` and ``serve`` (:func:`model_options`), as click parsed them."""
+
+    model: str | None
+    replay: Path | None
+    base_url: str | None
+    protocol: str
+    api_key_env: str
+    compat: str | None
+    context_window: int | None
+
+    def model_flags(self) -> dict[str, Any]:
+        """These options by :func:`model_gateway`'s parameter names (to rebuild it elsewhere)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(ModelFlags)}
+
+    def check_model(self) -> None:
+        """A usage error for a model named twice (``--model`` and ``--replay``)."""
+        if self.model is not None and self.replay is not None:
+            raise click.UsageError("--model and --replay exclude each other")
+
+    def model_gateway(
+        self, record: dict[str, Any] | None = None
+    ) -> tuple[ModelGateway, dict[str, Any]]:
+        """The model these options name (``record``: a resumed run's, where no flag is given)."""
+        with usage_error(ModelChoiceError):
+            return model_gateway(**self.model_flags(), record=record)
+
+
 # ---------------------------------------------------------------- SillyTavern data and world info
 
 _WI_META = "tavern_agent.world_info"
@@ -222,7 +283,14 @@ def chat_source_from_files(
         books = tuple(load_world(p) for p in world_files)
         card = load_card(card_file) if card_file is not None else None
     stem = card_file.stem if card_file is not None else ""
-    return ChatSource(chat_file, books, card, seed, world_info_settings(), character_file=stem)
+    return ChatSource(
+        chat_file,
+        books,
+        card,
+        seed,
+        world_info_settings(),
+        participants=Participants(character_file=stem),
+    )
 
 
 @dataclass(frozen=True)

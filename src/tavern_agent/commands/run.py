@@ -22,9 +22,9 @@ from tavern_agent.chat import progress as index_progress
 from tavern_agent.chat.formats import ChatFormatError
 from tavern_agent.commands.options import (
     ChatFlags,
-    compat_option,
-    context_window_option,
+    ModelFlags,
     mcp_ask_option,
+    model_options,
     usage_error,
     world_info_options,
 )
@@ -39,7 +39,6 @@ from tavern_agent.core.errors import ErrorCode
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile, ProfileError
 from tavern_agent.mcp.approval import Approver, approver_for
-from tavern_agent.providers.choice import BASE_URL_ENV, ModelChoiceError, model_gateway
 from tavern_agent.providers.gateway import ModelGateway
 from tavern_agent.runtime import events as ev
 from tavern_agent.runtime.engines import LocalEngine
@@ -149,26 +148,13 @@ def temporal_options(f: Any) -> Any:
 )
 @world_info_options
 @click.option("--profile", "profile_spec", default="default-writer", show_default=True)
-@click.option("--model", default=None, help="Model name on --base-url.")
-@click.option(
-    "--replay",
-    type=click.Path(path_type=Path, file_okay=False, exists=True),
-    default=None,
-    help="Answer each model request from this recorded run folder (offline).",
+@model_options(
+    model_help="Model name on --base-url.",
+    replay_help="Answer each model request from this recorded run folder (offline).",
 )
 @click.option("--session", default=None, help="Run in the session workspace NAME (no chat).")
 @click.option("--resume", "resume_id", default=None, help="Continue the interrupted run RUN.")
 @click.option("--task", default="", help="The instruction (default: write the next reply).")
-@click.option("--base-url", default=None, help=f"API base URL (default ${BASE_URL_ENV}).")
-@click.option(
-    "--protocol",
-    type=click.Choice([p.value for p in ModelProtocol]),
-    default="openai_chat",
-    show_default=True,
-)
-@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True)
-@compat_option
-@context_window_option
 @click.option("--seed", type=int, default=None, help="Seed for dice and activation.")
 @mcp_ask_option
 @click.option(
@@ -216,20 +202,13 @@ def run_command(ctx: click.Context, /, **flags: Any) -> None:
 
 
 @dataclass(frozen=True)
-class RunFlags(ChatFlags):
+class RunFlags(ChatFlags, ModelFlags):
     """The arguments and options of one ``run`` command, as click parsed them."""
 
     profile_spec: str
-    model: str | None
-    replay: Path | None
     session: str | None
     resume_id: str | None
     task: str
-    base_url: str | None
-    protocol: str
-    api_key_env: str
-    compat: str | None
-    context_window: int | None
     mcp_ask: str
     engine_name: str
     temporal: str | None
@@ -239,20 +218,11 @@ class RunFlags(ChatFlags):
 
     def check(self) -> None:
         """The combinations of flags that cannot work, as usage errors."""
-        if self.model is not None and self.replay is not None:
-            raise click.UsageError("--model and --replay exclude each other")
+        self.check_model()
         if self.engine_name == "temporal" and self.temporal is None:
             raise click.UsageError("--engine temporal needs --temporal HOST:PORT")
         if self.engine_name == "temporal" and self.resume_id is not None:
             raise click.UsageError("a Temporal run resumes by itself; follow it with runs show")
-
-    def model_gateway(
-        self, record: dict[str, Any] | None = None
-    ) -> tuple[ModelGateway, dict[str, Any]]:
-        """The model these flags name (``record``: a resumed run's, where no flag is given)."""
-        flags = (self.model, self.replay, self.base_url, self.protocol, self.api_key_env)
-        with usage_error(ModelChoiceError):
-            return model_gateway(*flags, record, self.compat, self.context_window)
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tavern_agent.commands.options import compat_option, context_window_option, usage_error
+from tavern_agent.commands.options import ModelFlags, model_options
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.extensions.host import DEFAULT_CALL_TIMEOUT, LOOPBACK_HOSTS, ExtensionHost
 from tavern_agent.extensions.protocol import CLIENT_PATH, PAGE_PATH
 from tavern_agent.extensions.remote import HostFiles
-from tavern_agent.providers.choice import ModelChoiceError, model_gateway
 
 if TYPE_CHECKING:
     from tavern_agent.endpoint.serve import EndpointOptions
@@ -37,8 +36,7 @@ def endpoint_options(
     from tavern_agent.endpoint.server import EndpointServer
     from tavern_agent.endpoint.workers import default_workers
 
-    if flags.model is not None and flags.replay is not None:
-        raise click.UsageError("--model and --replay exclude each other")
+    flags.check_model()
     key_env, host, port = flags.endpoint_key_env, flags.host, flags.api_port
     try:
         if key_env is not None:
@@ -49,17 +47,7 @@ def endpoint_options(
             note = f"{key}  (shown once; kept in {where})" if created else f"in {where}"
     except EndpointKeyError as exc:
         raise click.UsageError(str(exc)) from None
-    gateway_flags: dict[str, Any] = {
-        "model": flags.model,
-        "replay": flags.replay,
-        "base_url": flags.base_url,
-        "protocol": flags.protocol,
-        "api_key_env": flags.api_key_env,
-        "compat": flags.compat,
-        "context_window": flags.context_window,
-    }
-    with usage_error(ModelChoiceError):
-        gateway, record = model_gateway(**gateway_flags)
+    gateway, record = flags.model_gateway()
     try:
         server = EndpointServer(host, port)
     except OSError as exc:
@@ -83,7 +71,7 @@ def endpoint_options(
         server,
         Names(user, character),
         workers=flags.workers or default_workers(),
-        gateway_flags=gateway_flags,
+        gateway_flags=flags.model_flags(),
         ext_modules=ext_modules,
     )
 
@@ -112,32 +100,11 @@ def endpoint_options(
     show_default=True,
     help="Seconds to wait for a page's receipt.",
 )
-@click.option(
-    "--model",
-    default=None,
-    help="Upstream model the agent endpoint's runs call (with --base-url); enables the endpoint.",
+@model_options(
+    model_help="Upstream model the agent endpoint's runs call (with --base-url); "
+    "enables the endpoint.",
+    replay_help="Answer the endpoint's model requests from this recorded run folder (offline).",
 )
-@click.option(
-    "--replay",
-    type=click.Path(path_type=Path, file_okay=False, exists=True),
-    default=None,
-    help="Answer the endpoint's model requests from this recorded run folder (offline).",
-)
-@click.option("--base-url", default=None, help="Upstream API base URL (as for `run`).")
-@click.option(
-    "--protocol",
-    type=click.Choice([p.value for p in ModelProtocol]),
-    default="openai_chat",
-    show_default=True,
-)
-@click.option(
-    "--api-key-env",
-    default="OPENAI_API_KEY",
-    show_default=True,
-    help="Environment variable holding the upstream model's key (as for `run`).",
-)
-@compat_option
-@context_window_option
 @click.option(
     "--api-port",
     type=int,
@@ -219,20 +186,13 @@ def serve_command(ctx: click.Context, /, **flags: Any) -> None:
 
 
 @dataclass(frozen=True)
-class ServeFlags:
+class ServeFlags(ModelFlags):
     """The options of one ``serve`` command, as click parsed them."""
 
     port: int
     origins: tuple[str, ...]
     pages: Path | None
     call_timeout: float
-    model: str | None
-    replay: Path | None
-    base_url: str | None
-    protocol: str
-    api_key_env: str
-    compat: str | None
-    context_window: int | None
     api_port: int
     host: str
     endpoint_key_env: str | None
