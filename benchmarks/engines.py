@@ -396,13 +396,14 @@ if __name__ == "__main__":
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="20 runs per engine, local activities only: what make bench runs",
+        help="local activities only (no comparison with every activity scheduled): what "
+        "make bench runs",
     )
     parser.add_argument("--local-child", nargs=2, metavar=("DATA", "RUNS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.local_child:
         asyncio.run(local_child(Path(args.local_child[0]), int(args.local_child[1])))
         sys.exit(0)
-    asyncio.run(main(20 if args.quick else args.runs, args.quick))
+    asyncio.run(main(args.runs, args.quick))
     sys.stdout.flush()
     os._exit(0)  # skip teardown: the Temporal client's native threads (see commands/run.py)
