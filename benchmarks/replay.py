@@ -26,7 +26,7 @@ from tavern_agent.core.ids import ToolId
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile
 from tavern_agent.core.results import AgentToolResult
-from tavern_agent.providers.codec import Codec
+from tavern_agent.providers.codec import Codec, RequestSettings
 from tavern_agent.providers.incremental import RequestEncoder
 from tavern_agent.providers.registry import codec_for
 from tavern_agent.providers.transcript import (
@@ -102,7 +102,7 @@ def per_request(protocol: ModelProtocol, snapshot: ToolSnapshot) -> None:
         encoder = RequestEncoder(codec, {"stream": True})
         for n, transcript in enumerate(runs):
             start = time.perf_counter()
-            ours = encoder.encode("run/inv", "m", transcript, snapshot)
+            ours = encoder.encode("run/inv", transcript, snapshot, RequestSettings("m"))
             incremental[n].append((time.perf_counter() - start) * 1000)
             start = time.perf_counter()
             theirs = whole_bytes(codec, transcript, snapshot)

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from tavern_agent.core.calls import ToolCall
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.results import AgentToolResult
+from tavern_agent.providers.codec import RequestSettings
 from tavern_agent.providers.incremental import RequestEncoder
 from tavern_agent.providers.registry import codec_for
 from tavern_agent.providers.transcript import (
@@ -26,6 +27,7 @@ from tests.providers.test_properties import transcripts
 
 SNAPSHOTS = {p: snapshot_for(p) for p in ModelProtocol}
 EXTRA = {"stream": True}
+M = RequestSettings("m")
 
 
 def whole(protocol: ModelProtocol, transcript: Transcript, **kw: Any) -> bytes:
@@ -47,10 +49,10 @@ def test_every_prefix_encodes_as_the_whole(transcript: Transcript) -> None:
         items = transcript.items
         for n in range(len(items) + 1):
             grown = Transcript(items[:n], transcript.system)
-            assert encoder.encode("c", "m", grown, SNAPSHOTS[protocol]) == whole(protocol, grown)
+            assert encoder.encode("c", grown, SNAPSHOTS[protocol], M) == whole(protocol, grown)
         # A rewind (a revision) and a new system text start over, still exact.
         for again in (Transcript(items[: len(items) // 2], transcript.system), Transcript(items)):
-            assert encoder.encode("c", "m", again, SNAPSHOTS[protocol]) == whole(protocol, again)
+            assert encoder.encode("c", again, SNAPSHOTS[protocol], M) == whole(protocol, again)
 
 
 def rounds(n: int, *, reuse_ids: bool = False) -> list[Transcript]:
@@ -77,7 +79,7 @@ def test_a_run_keeps_only_what_is_settled_and_each_request_is_exact() -> None:
     for protocol, reuse_ids in itertools.product(ModelProtocol, (False, True)):
         encoder = RequestEncoder(codec_for(protocol), EXTRA)
         for transcript in rounds(6, reuse_ids=reuse_ids):
-            body = encoder.encode("run/inv", "m", transcript, SNAPSHOTS[protocol])
+            body = encoder.encode("run/inv", transcript, SNAPSHOTS[protocol], M)
             assert body == whole(protocol, transcript)
             kept = encoder._prefixes["run/inv"]
             waiting = isinstance(transcript.items[-1], AssistantMessage)
@@ -90,10 +92,10 @@ def test_conversations_are_kept_apart_and_the_oldest_is_forgotten() -> None:
     encoder = RequestEncoder(codec_for(protocol), EXTRA, keep=2)
     runs = rounds(3)
     for name in ("a", "b", "c"):
-        assert encoder.encode(name, "m", runs[-1], SNAPSHOTS[protocol]) == whole(protocol, runs[-1])
+        assert encoder.encode(name, runs[-1], SNAPSHOTS[protocol], M) == whole(protocol, runs[-1])
     assert list(encoder._prefixes) == ["b", "c"]
     # "a" comes back with a different transcript: encoded whole, still right.
-    assert encoder.encode("a", "m", runs[1], SNAPSHOTS[protocol]) == whole(protocol, runs[1])
+    assert encoder.encode("a", runs[1], SNAPSHOTS[protocol], M) == whole(protocol, runs[1])
 
 
 def test_a_lone_surrogate_in_arguments_is_sent_as_an_escape() -> None:
@@ -107,7 +109,7 @@ def test_a_lone_surrogate_in_arguments_is_sent_as_an_escape() -> None:
     )
     for protocol in ModelProtocol:
         body = RequestEncoder(codec_for(protocol), EXTRA).encode(
-            "c", "m", transcript, SNAPSHOTS[protocol]
+            "c", transcript, SNAPSHOTS[protocol], M
         )
         assert b"\\ud800" in body
         assert body == whole(protocol, transcript)

@@ -53,6 +53,18 @@ class ToolChoice:
 
 AUTO = ToolChoice()
 
+
+@dataclass(frozen=True, slots=True)
+class RequestSettings:
+    """What a request sets besides its history and tools: the model, the longest answer
+    in tokens, the tool choice and whether tool schemas are strict."""
+
+    model: str
+    max_tokens: int = 4096
+    choice: ToolChoice = AUTO
+    strict: bool = False
+
+
 Messages = list[dict[str, Any]]
 """A protocol's list of history messages (or items, or contents), as JSON objects."""
 HistoryFrame = tuple[dict[str, Any], Messages]
@@ -176,9 +188,24 @@ class Codec(ABC):
         max_tokens: int = 4096,
     ) -> dict[str, Any]:
         """A complete request body (no network)."""
-        body = self.request_head(model, max_tokens)
-        body.update(self.encode_history(transcript, snapshot).body)
-        body.update(self.encode_tools(snapshot, choice, strict=strict))
+        top = dict(self.encode_history(transcript, snapshot).body)
+        history = top.pop(self.history_key)
+        settings = RequestSettings(model, max_tokens, choice, strict)
+        return self.request_body(settings, history, top, snapshot)
+
+    def request_body(
+        self,
+        settings: RequestSettings,
+        history: Any,
+        top: Mapping[str, Any],
+        snapshot: ToolSnapshot,
+    ) -> dict[str, Any]:
+        """A request body around ``history`` (the history list, or a stand-in for it) and
+        the history's ``top`` fields (e.g. the system text): head, history, top, tools."""
+        body = self.request_head(settings.model, settings.max_tokens)
+        body[self.history_key] = history
+        body.update(top)
+        body.update(self.encode_tools(snapshot, settings.choice, strict=settings.strict))
         return body
 
 

@@ -41,7 +41,7 @@ from tavern_agent import run_layout
 from tavern_agent.core import json_input
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.redact import Redactor, url_secrets, url_without_userinfo
-from tavern_agent.providers.codec import Codec
+from tavern_agent.providers.codec import Codec, RequestSettings
 from tavern_agent.providers.incremental import RequestEncoder
 from tavern_agent.providers.openai_chat import cap_field
 from tavern_agent.providers.registry import codec_for
@@ -463,10 +463,9 @@ class HttpGateway:
         url, headers, _ = _endpoint(config)
         body = self.requests.encode(
             f"{request.run_id}/{request.invocation_id}",
-            config.model,
             request.transcript,
             request.snapshot,
-            max_tokens=request.max_tokens or config.max_tokens,
+            RequestSettings(config.model, request.max_tokens or config.max_tokens),
         )
         attempt = 0
         while True:

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tavern_agent.providers.codec import AUTO, Codec, ToolChoice, check_protocol
+from tavern_agent.providers.codec import Codec, RequestSettings, check_protocol
 from tavern_agent.providers.ids import CallIdMap
 from tavern_agent.providers.repair import repair
 from tavern_agent.providers.transcript import Transcript, TranscriptItem
@@ -47,7 +47,7 @@ class _Prefix:
     ids: CallIdMap
     first: dict[str, Any] | None
     last: dict[str, Any] | None
-    frame: tuple[tuple[Any, ...], str] | None = None  # (key, body text around the history)
+    frame: tuple[RequestSettings, str] | None = None  # (settings, body text around the history)
 
 
 class RequestEncoder:
@@ -70,13 +70,9 @@ class RequestEncoder:
     def encode(
         self,
         conversation: str,
-        model: str,
         transcript: Transcript,
         snapshot: ToolSnapshot,
-        choice: ToolChoice = AUTO,
-        *,
-        strict: bool = False,
-        max_tokens: int = 4096,
+        settings: RequestSettings,
     ) -> bytes:
         """The request body for ``transcript``, as UTF-8 JSON."""
         check_protocol(snapshot, self.codec.protocol)
@@ -90,14 +86,10 @@ class RequestEncoder:
         history = ",".join([*map(_dumps, leading), *texts])
         # The system text and snapshot are the prefix's own (a change starts a new
         # prefix), so only the request's own settings can change the frame.
-        frame_key = (model, max_tokens, choice, strict)
-        if prefix.frame is None or prefix.frame[0] != frame_key:
-            body = self.codec.request_head(model, max_tokens)
-            body[self.codec.history_key] = self._marker
-            body.update(top)
-            body.update(self.codec.encode_tools(snapshot, choice, strict=strict))
+        if prefix.frame is None or prefix.frame[0] != settings:
+            body = self.codec.request_body(settings, self._marker, top, snapshot)
             body.update(self.extra)
-            prefix.frame = (frame_key, _dumps(body))
+            prefix.frame = (settings, _dumps(body))
         text = prefix.frame[1].replace(self._marker_json, f"[{history}]", 1)
         try:
             return text.encode("utf-8")
