@@ -244,4 +244,5 @@ def test_run_commits_a_reply_sillytavern_shows(st: Path, tmp_path: Path) -> None
     # the lorebooks' entries reached the model, macros substituted
     assert "prestigious girls' school" in prompt  # Toaru, the global selection
     assert 'Ann: \\"What is the glade?\\"' in prompt  # Eldoria, the card's own book
-    assert "{{char}}" not in prompt
+    assert "## Character: Seraphina" in prompt  # the card, its macros substituted too
+    assert "{{char}}" not in prompt and "{{user}}" not in prompt

@@ -41,6 +41,7 @@ from tavern_agent import run_layout
 from tavern_agent.assembly import Assembly, ChatSource
 from tavern_agent.chat.cards import CharacterCard
 from tavern_agent.chat.formats import ChatFile, ChatFormatError
+from tavern_agent.chat.macros import MacroValues, substitute
 from tavern_agent.chat.repository import FileChatRepository
 from tavern_agent.chat.run_input import ChatRun, ChatRunInput
 from tavern_agent.chat.world_books import WorldBook
@@ -110,11 +111,26 @@ class RunSpec:
     chat: ChatSource | None = None  # the whole chat source (e.g. from --st-data); wins
 
 
-def _card_fields(card: CharacterCard | None) -> dict[str, Any] | None:
+def _card_fields(
+    card: CharacterCard | None, chat: ChatRunInput | None = None
+) -> dict[str, Any] | None:
+    """The card's prompt fields; in a chat run with ``{{char}}``, ``{{user}}`` and the
+    other macros substituted, as SillyTavern shows them to the model."""
     if card is None:
         return None
     data = card.data
-    return {"name": card.name, **{k: data[k] for k in CARD_FIELDS if data.get(k)}}
+    fields = {k: data[k] for k in CARD_FIELDS if data.get(k)}
+    if chat is not None:
+        texts = {k: v if isinstance(v, str) else "" for k, v in fields.items()}
+        values = MacroValues(
+            user=chat.user_name or "User",
+            char=chat.character or card.name,
+            description=texts.get("description", ""),
+            personality=texts.get("personality", ""),
+            scenario=texts.get("scenario", ""),
+        )
+        fields = {k: substitute(v, values) if isinstance(v, str) else v for k, v in fields.items()}
+    return {"name": card.name, **fields}
 
 
 def _write_json(path: Path, data: Any, *, once: bool = False, durable: bool = True) -> None:
@@ -236,7 +252,8 @@ class Run:
             record["skippedChatLines"] = [s.line for s in chat.skipped]
         tools = RunTools(assembly, scene, spec.protocol)
         run = cls(run_id, run_dir, data, tools, record, profile, ws, chat_run)
-        card = _card_fields(spec.chat.card if spec.chat is not None else spec.card)
+        source_card = spec.chat.card if spec.chat is not None else spec.card
+        card = _card_fields(source_card, chat_run.input if chat_run is not None else None)
         _write_json(run_dir / run_layout.CARD_FILE, card)
         if chat_run is not None:
             store = PersistStore(run.chat_workspace or run_dir)
