@@ -35,6 +35,7 @@ from tavern_agent.chat.cards import parse_card
 from tavern_agent.chat.world_books import parse_world
 from tavern_agent.core.naming import ModelProtocol
 from tavern_agent.core.profile import Profile
+from tavern_agent.providers.codec import RequestSettings
 from tavern_agent.providers.incremental import RequestEncoder
 from tavern_agent.providers.registry import codec_for
 from tavern_agent.providers.window import server_count
@@ -69,7 +70,7 @@ def first_request(profile: Profile | None = None, max_tokens: int = ANSWER_ROOM)
             inv = run.invocations[0]
             encoder = RequestEncoder(codec_for(ModelProtocol.OPENAI_CHAT), STREAM_FIELDS)
             return encoder.encode(
-                inv.id, "model", inv.transcript, inv.snapshot, max_tokens=max_tokens
+                inv.id, inv.transcript, inv.snapshot, RequestSettings("model", max_tokens)
             )
         finally:
             if run.chat is not None:
