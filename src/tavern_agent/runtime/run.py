@@ -111,11 +111,11 @@ class RunSpec:
     chat: ChatSource | None = None  # the whole chat source (e.g. from --st-data); wins
 
 
-def _card_fields(
-    card: CharacterCard | None, chat: ChatRunInput | None = None
-) -> dict[str, Any] | None:
-    """The card's prompt fields; in a chat run with ``{{char}}``, ``{{user}}`` and the
-    other macros substituted, as SillyTavern shows them to the model."""
+def _card_fields(spec: RunSpec, chat: ChatRunInput | None = None) -> dict[str, Any] | None:
+    """The card's prompt fields (the chat source's card wins, as its chat does); in a chat
+    run with ``{{char}}``, ``{{user}}`` and the other macros substituted, as SillyTavern
+    shows them to the model."""
+    card = spec.chat.card if spec.chat is not None else spec.card
     if card is None:
         return None
     data = card.data
@@ -252,8 +252,7 @@ class Run:
             record["skippedChatLines"] = [s.line for s in chat.skipped]
         tools = RunTools(assembly, scene, spec.protocol)
         run = cls(run_id, run_dir, data, tools, record, profile, ws, chat_run)
-        source_card = spec.chat.card if spec.chat is not None else spec.card
-        card = _card_fields(source_card, chat_run.input if chat_run is not None else None)
+        card = _card_fields(spec, chat_run.input if chat_run is not None else None)
         _write_json(run_dir / run_layout.CARD_FILE, card)
         if chat_run is not None:
             store = PersistStore(run.chat_workspace or run_dir)
