@@ -229,7 +229,10 @@ def _kill(proc: asyncio.subprocess.Process) -> None:
 
 
 async def run_jq(req: Request, data: bytes, env: dict[str, str], seconds: float) -> BuiltinResult:
-    """Run one request in a fresh worker process, killed after ``seconds``."""
+    """Run one request in a fresh worker process, killed ``seconds`` after this call began."""
+    # The wait is what is left of ``seconds`` once the worker is up: on a busy machine
+    # starting it takes a noticeable share, and the shell's own deadline comes right after.
+    ends = time.monotonic() + seconds
     env = {k: v for k, v in env.items() if k not in HIDDEN_ENV}
     header = json.dumps(
         {"filter": req.filter, "args": req.args, "options": req.options, "env": env}
@@ -253,7 +256,8 @@ async def run_jq(req: Request, data: bytes, env: dict[str, str], seconds: float)
         os.close(fd)  # the worker holds its own descriptor of the input
     try:
         request = header.encode("utf-8") + b"\n"
-        out, cut, err = await asyncio.wait_for(_exchange(proc, request), seconds)
+        left = max(ends - time.monotonic(), 0.01)
+        out, cut, err = await asyncio.wait_for(_exchange(proc, request), left)
     except TimeoutError:
         return BuiltinResult(
             stderr="jq: stopped: the call's time limit was reached\n", exit_code=124
@@ -286,7 +290,7 @@ def jq_command(clock: JsLimits) -> Any:
             return BuiltinResult(stderr=f"{exc}\n{USAGE}", exit_code=2)
         except InputError as exc:
             return BuiltinResult(stderr=f"{exc}\n", exit_code=2)
-        seconds = clock.deadline - time.monotonic() - 0.25
+        seconds = clock.deadline - time.monotonic() - 0.5
         if seconds <= 0:
             return BuiltinResult(stderr="jq: no time left in this call\n", exit_code=124)
         return await run_jq(req, data, dict(bctx.env), seconds)
