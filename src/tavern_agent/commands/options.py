@@ -243,6 +243,27 @@ def world_info_options(f: F) -> F:
     )(f)
 
 
+def chat_options(f: F) -> F:
+    """The options :class:`ChatFlags` reads but the chat itself (``run`` takes it as an
+    argument, ``call`` as ``--chat``): ``--character``, ``--world`` and
+    :func:`world_info_options`."""
+    f = world_info_options(f)
+    f = click.option(
+        "--world",
+        "world_files",
+        type=click.Path(path_type=Path, dir_okay=False, exists=True),
+        multiple=True,
+        help="A world info (lorebook) JSON to activate against the chat; repeatable.",
+    )(f)
+    return click.option(
+        "--character",
+        default=None,
+        metavar="CARD",
+        help="A character card (JSON or PNG); its embedded lorebook is activated too. "
+        "With --st-data: the character's name.",
+    )(f)
+
+
 def world_info_settings(base: ActivationSettings | None = None) -> ActivationSettings:
     """``base`` (or the defaults) with the ``--wi-…`` flags given on this command line."""
     given = click.get_current_context().meta.get(_WI_META, {})

@@ -23,10 +23,10 @@ from tavern_agent.chat.formats import ChatFormatError
 from tavern_agent.commands.options import (
     ChatFlags,
     ModelFlags,
+    chat_options,
     mcp_ask_option,
     model_options,
     usage_error,
-    world_info_options,
 )
 from tavern_agent.commands.submitter import (
     exit_after_temporal,
@@ -134,19 +134,7 @@ def temporal_options(f: Any) -> Any:
 
 @click.command("run")
 @click.argument("chat", metavar="[CHAT_FILE]", required=False)
-@click.option(
-    "--character",
-    default=None,
-    metavar="CARD",
-    help="A character card file; with --st-data, the character's name.",
-)
-@click.option(
-    "--world",
-    "world_files",
-    multiple=True,
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
-)
-@world_info_options
+@chat_options
 @click.option("--profile", "profile_spec", default="default-writer", show_default=True)
 @model_options(
     model_help="Model name on --base-url.",

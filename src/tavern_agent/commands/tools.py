@@ -20,13 +20,13 @@ from tavern_agent.chat.formats import ChatFormatError
 from tavern_agent.chat.run_input import ChatRun
 from tavern_agent.commands.options import (
     ChatFlags,
+    chat_options,
     chosen_profile,
     mcp_ask_option,
     on_every_source,
     profile_option,
     protocol_option,
     scene_option,
-    world_info_options,
 )
 from tavern_agent.core.arguments import MISSING
 from tavern_agent.core.calls import ToolCall
@@ -144,22 +144,7 @@ def _parameter_lines(schema: Any) -> list[str]:
     help="A SillyTavern chat (.jsonl) for the chat tools; a commit is written to it. "
     "With --st-data: the chat's file name, or 'latest'.",
 )
-@click.option(
-    "--world",
-    "world_files",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    multiple=True,
-    help="A world info (lorebook) JSON to activate against the chat; repeatable.",
-)
-@click.option(
-    "--character",
-    "character",
-    default=None,
-    metavar="CARD",
-    help="A character card (JSON or PNG); its embedded lorebook is activated too. "
-    "With --st-data: the character's name.",
-)
-@world_info_options
+@chat_options
 @click.option(
     "--run",
     "run_id",
