@@ -407,10 +407,10 @@ def delegator_refusal(
     call: RecordedCall, binding: ToolBinding, caller: Profile, *, is_child: bool
 ) -> AgentToolResult | None:
     """A caller that may not delegate at all (a delegated child never may)."""
-    if not is_child and caller.delegation.can_delegate:
-        return None
-    text = f"Agent {caller.id} may not delegate. Do the work yourself."
-    return _refused(call, binding, ErrorCode.AGENT_DELEGATION_POLICY_DENIED, text)
+    if is_child or not caller.delegation.can_delegate:
+        text = f"Agent {caller.id} may not delegate. Do the work yourself."
+        return _refused(call, binding, ErrorCode.AGENT_DELEGATION_POLICY_DENIED, text)
+    return None
 
 
 def delegation_budget_refusal(
