@@ -47,6 +47,15 @@ class Tally(Protocol):
     done: int
 
 
+@dataclass(frozen=True, slots=True)
+class Doc:
+    """What the index needs of a floor."""
+
+    text: str
+    role: str
+    hidden: bool
+
+
 # For ASCII text: upper case folded, every other character that is not a letter or digit a
 # space; splitting the result gives what ``_WORD`` finds in the lower-cased text, but faster.
 _ASCII_WORDS = str.maketrans(
@@ -73,15 +82,6 @@ def tokenize(text: str) -> list[str]:
         else:
             out.append(token)
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class Doc:
-    """What the index needs of a floor."""
-
-    text: str
-    role: str
-    hidden: bool
 
 
 @dataclass(frozen=True, slots=True)
