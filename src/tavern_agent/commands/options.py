@@ -191,20 +191,23 @@ class ModelFlags:
 
 _WI_META = "tavern_agent.world_info"
 
-# flag → (ActivationSettings field, click type, help)
-_WI_FLAGS: tuple[tuple[str, str, Any, str], ...] = (
+# on/off flag → (ActivationSettings field, help)
+_WI_SWITCHES: tuple[tuple[str, str, str], ...] = (
+    ("--wi-case-sensitive/--wi-case-insensitive", "case_sensitive", "Keys match case."),
+    ("--wi-whole-words/--wi-substrings", "match_whole_words", "Keys match whole words."),
+    ("--wi-include-names/--wi-no-names", "include_names", "Scan 'name: message'."),
+    ("--wi-recursive/--wi-no-recursion", "recursive", "Activated entries' text is scanned."),
+    ("--wi-group-scoring/--wi-no-group-scoring", "use_group_scoring", "Group scoring."),
+)
+# number flag → (ActivationSettings field, number type, help)
+_WI_NUMBERS: tuple[tuple[str, str, type[int | float], str], ...] = (
     ("--wi-depth", "scan_depth", int, "Messages world info scans (SillyTavern: scan depth)."),
-    ("--wi-case-sensitive/--wi-case-insensitive", "case_sensitive", None, "Keys match case."),
-    ("--wi-whole-words/--wi-substrings", "match_whole_words", None, "Keys match whole words."),
-    ("--wi-include-names/--wi-no-names", "include_names", None, "Scan 'name: message'."),
-    ("--wi-recursive/--wi-no-recursion", "recursive", None, "Activated entries' text is scanned."),
     ("--wi-max-recursion-steps", "max_recursion_steps", int, "Scan passes at most (0: no cap)."),
     ("--wi-min-activations", "min_activations", int, "Scan deeper until this many activate."),
     ("--wi-min-activations-depth-max", "min_activations_depth_max", int, "Deepest such scan."),
     ("--wi-budget", "budget_percent", float, "World info budget, % of --wi-context."),
     ("--wi-budget-cap", "budget_cap", int, "World info budget cap in tokens (0: none)."),
     ("--wi-context", "max_context", int, "Model context in tokens the budget is a share of."),
-    ("--wi-group-scoring/--wi-no-group-scoring", "use_group_scoring", None, "Group scoring."),
 )
 
 
@@ -213,19 +216,23 @@ def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> None:
         ctx.meta.setdefault(_WI_META, {})[param.name] = value
 
 
+def _wi_option(flag: str, name: str, text: str, **kind: Any) -> Callable[[F], F]:
+    """A ``--wi-…`` option: given, it is kept for :func:`world_info_settings`."""
+    return click.option(
+        flag, name, default=None, expose_value=False, callback=_remember, help=text, **kind
+    )
+
+
 def world_info_options(f: F) -> F:
     """``--st-data``, ``--group`` and the world info setting flags (``--wi-…``).
 
     The flags override SillyTavern's ``settings.json`` (with ``--st-data``) or
     the defaults; read them back with :func:`world_info_settings`.
     """
-    for flag, name, kind, text in reversed(_WI_FLAGS):
-        decls = [flag, name]
-        extra: dict[str, Any] = {"is_flag": True} if kind is None else {"type": kind}
-        option = click.option(
-            *decls, default=None, expose_value=False, callback=_remember, help=text, **extra
-        )
-        f = option(f)
+    for flag, name, text in reversed(_WI_SWITCHES):
+        f = _wi_option(flag, name, text, is_flag=True)(f)
+    for flag, name, number, text in reversed(_WI_NUMBERS):
+        f = _wi_option(flag, name, text, type=number)(f)
     f = click.option(
         "--group",
         "group",
