@@ -31,6 +31,14 @@ from tavern_agent.workspace.roots import RootPolicy
 from tavern_agent.workspace.store import Workspace
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def _checked_id(kind: str, value: str) -> str:
+    if not _ID.fullmatch(value) or value.endswith("."):
+        raise ValueError(f"bad {kind} {value!r}: letters, digits, '_', '.', '-' (max 128)")
+    return value
+
+
 # In a chat folder: which chat file has which stable id (copies share an integrity).
 CHAT_FILES = "chat-files.json"
 
@@ -51,12 +59,6 @@ def _chat_files(record: Path) -> dict[str, str]:
     if not isinstance(data, dict):
         return {}
     return {str(k): v for k, v in data.items() if isinstance(v, str)}
-
-
-def _checked_id(kind: str, value: str) -> str:
-    if not _ID.fullmatch(value) or value.endswith("."):
-        raise ValueError(f"bad {kind} {value!r}: letters, digits, '_', '.', '-' (max 128)")
-    return value
 
 
 @dataclass(frozen=True, slots=True)
