@@ -11,11 +11,11 @@ import pytest
 from rich.console import Console
 
 from tavern_agent.assembly import Assembly, ChatSource
-from tavern_agent.chat import progress
+from tavern_agent.chat import progress, search
 from tavern_agent.chat.formats import parse_chat
 from tavern_agent.chat.index_store import FILE, docs
 from tavern_agent.chat.progress import BuildProgress
-from tavern_agent.chat.search import ChatIndex
+from tavern_agent.chat.search import ChatIndex, Doc
 from tavern_agent.core import json_input
 from tests.chat.helpers import write_chat
 
@@ -89,3 +89,16 @@ def test_a_failed_build_raises_where_it_is_waited_for() -> None:
 
     with pytest.raises(OSError, match="disk gone"):
         progress.wait(progress.in_background(build), BuildProgress())
+
+
+def test_a_paused_build_stops_at_its_next_checkpoint_until_the_scan_is_done() -> None:
+    texts = [Doc(f"word{i} and more words", "user", False) for i in range(3 * search._STEP)]
+    state = BuildProgress()
+    with state.paused():
+        future = progress.in_background(lambda: ChatIndex(texts, state))
+        deadline = time.monotonic() + 60
+        while state.done < search._STEP and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert state.done == search._STEP  # and no further: it waits at the checkpoint
+        assert not future.done()
+    assert future.result(timeout=60).to_blocks() == ChatIndex(texts).to_blocks()

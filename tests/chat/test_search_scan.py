@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tavern_agent.chat import run_input
+from tavern_agent.chat.formats import new_message
 from tavern_agent.chat.index_store import docs
 from tavern_agent.chat.search import ChatIndex, ChatScan
 from tests.chat.helpers import ChatAgent, filler, write_chat
@@ -86,3 +87,31 @@ def test_the_scan_finds_the_floors_the_index_finds(tmp_path: Path) -> None:
 def agent_chat(tmp_path: Path) -> list[Any]:
     agent = ChatAgent(tmp_path / "data", write_chat(tmp_path / "c.jsonl", texts()))
     return list(agent.chat.chat().messages)
+
+
+def test_the_scan_finds_words_between_ascii_word_boundaries_and_cjk_anywhere() -> None:
+    floors = [
+        "zeppelin",  # the whole floor
+        "a zeppelins parade, then one zeppelin",  # inside a longer word first, then a word
+        "zeppelins only",
+        "zeppelin_one and one_zeppelin",  # joined by _: not a word for the scan
+        "2zeppelin zeppelin2",
+        "ZEPPELIN! Zeppelin? zeppelin.",
+        "",
+        "un café au lait",
+        "cafés et cafeteria",
+        "我们在森林深处 森林",
+        "end with zeppelin",
+    ]
+    messages = [new_message("A", text) for text in floors]
+    scan = ChatScan(messages)
+
+    def found(query: str) -> dict[int, float]:
+        return {h.floor: h.score for h in scan.search(query, limit=100, end=len(floors))}
+
+    zeppelin = found("zeppelin")
+    assert set(zeppelin) == {0, 1, 5, 10}
+    assert zeppelin[5] > zeppelin[10]  # three times in a floor of about the same length
+    assert set(found("café")) == {7, 8}  # no boundary after a non-ASCII letter
+    assert set(found("森林")) == {9}
+    assert set(found("one")) == {1}  # "_one" and "one_" are not the word

@@ -53,6 +53,8 @@ def well_formed(text: str) -> str:
     mid-stream) as a ``\\udXXX`` escape, which Python reads back as a lone
     surrogate that cannot be encoded; SillyTavern shows U+FFFD for it.
     """
+    if text.isascii():  # O(1): most texts, and they cannot hold a surrogate
+        return text
     return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
 
 

@@ -40,11 +40,21 @@ FILE = "search-index.bin"
 MAGIC = b"tavern-agent chat search index\n"
 VERSION = 1
 DIGEST = 20  # bytes of a SHA-1
+_STEP = 4096  # floors hashed between two checkpoints of a build: a few ms
 
 
-def floor_digests(chat: ChatFile) -> list[bytes]:
-    """SHA-1 of each floor's line (as in the mount's ``state.json``)."""
-    return [hashlib.sha1(m.encoded()).digest() for m in chat.messages]
+def floor_digests(chat: ChatFile, progress: BuildProgress | None = None) -> list[bytes]:
+    """SHA-1 of each floor's line (as in the mount's ``state.json``).
+
+    With ``progress``, a build's: it passes a checkpoint every :data:`_STEP` floors.
+    """
+    messages = chat.messages
+    digests: list[bytes] = []
+    for start in range(0, len(messages), _STEP):
+        digests += [hashlib.sha1(m.encoded()).digest() for m in messages[start : start + _STEP]]
+        if progress is not None:
+            progress.checkpoint()
+    return digests
 
 
 def docs(messages: Sequence[ChatMessage]) -> list[Doc]:
@@ -179,7 +189,7 @@ def load_or_build(
     path = folder / FILE
     if prepared is None:
         progress.step = "loading the saved index"
-        prepared = (floor_digests(chat), load(path))
+        prepared = (floor_digests(chat, progress), load(path))
     digests, saved = prepared
     if saved is not None:
         index, old = saved

@@ -13,7 +13,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from rich.console import Console
@@ -24,17 +24,48 @@ DELAY_SECONDS = 1.0
 _POLL_SECONDS = 0.1
 
 
+def _running() -> threading.Event:
+    event = threading.Event()
+    event.set()
+    return event
+
+
 @dataclass(slots=True)
 class BuildProgress:
     """What a build is doing (``step``) and how many of ``total`` floors it has done.
 
-    ``tool`` names the tool call that waits for it in the progress bar.
+    ``tool`` names the tool call that waits for it in the progress bar. A
+    search that scans the chat while the build runs holds it :meth:`paused`:
+    the build stops at its next :meth:`checkpoint` (a few milliseconds of work
+    apart) until the scan is done, so the two do not share the GIL and the cores
+    while a model waits for the search.
     """
 
     step: str = "reading the chat"
     done: int = 0
     total: int = 0
     tool: str = "chat_search"
+    _running: threading.Event = field(default_factory=_running, repr=False)
+    _pausers: int = field(default=0, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def checkpoint(self) -> None:
+        """Where the build waits while a scan holds it :meth:`paused`."""
+        self._running.wait()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold the build at its next :meth:`checkpoint` until the block ends."""
+        with self._lock:
+            self._pausers += 1
+            self._running.clear()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._pausers -= 1
+                if not self._pausers:
+                    self._running.set()
 
 
 _display: Console | None = None

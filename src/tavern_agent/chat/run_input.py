@@ -328,7 +328,7 @@ class ChatRun:
             scan = self._scan
         if scan is None or scan[0] != stamp:
             # Outside the lock: the build takes it to hand over its result.
-            scan = (stamp, ChatScan(chat.messages))
+            scan = (stamp, ChatScan(chat.messages, progress))
             with self._lock:
                 self._scan = scan
         return scan[1]
