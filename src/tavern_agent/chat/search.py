@@ -132,6 +132,10 @@ class Searcher(ABC):
     def _floor(self, floor: int) -> tuple[str, bool]:
         """A floor's role and whether it is hidden."""
 
+    def _quiet(self) -> AbstractContextManager[None]:
+        """What a search holds while it runs: nothing (a scan holds the index build still)."""
+        return contextlib.nullcontext()
+
     def search(
         self,
         query: str,
@@ -142,33 +146,37 @@ class Searcher(ABC):
         role: str | None = None,
         hidden: bool | None = None,
     ) -> list[Hit]:
-        """The best ``limit`` floors in ``start…end-1``; newer floors win ties."""
+        """The best ``limit`` floors in ``start…end-1``; newer floors win ties.
+
+        Whatever :meth:`_quiet` holds is held meanwhile.
+        """
         n = len(self)
         if n == 0:
             return []
-        scores: dict[int, float] = {}
-        best: dict[int, tuple[float, str]] = {}
-        avgdl = self.avgdl or 1.0
-        lengths = self._lengths()
-        for term, floors, tfs in self._matches(query):
-            df = len(floors)
-            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-            for floor, tf in zip(floors, tfs, strict=True):
-                if floor < start or floor >= end:
-                    continue
-                norm = K1 * (1 - B + B * lengths[floor] / avgdl)
-                part = idf * tf * (K1 + 1) / (tf + norm)
-                scores[floor] = scores.get(floor, 0.0) + part
-                if part > best.get(floor, (0.0, ""))[0]:
-                    best[floor] = (part, term)
+        with self._quiet():
+            scores: dict[int, float] = {}
+            best: dict[int, tuple[float, str]] = {}
+            avgdl = self.avgdl or 1.0
+            lengths = self._lengths()
+            for term, floors, tfs in self._matches(query):
+                df = len(floors)
+                idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+                for floor, tf in zip(floors, tfs, strict=True):
+                    if floor < start or floor >= end:
+                        continue
+                    norm = K1 * (1 - B + B * lengths[floor] / avgdl)
+                    part = idf * tf * (K1 + 1) / (tf + norm)
+                    scores[floor] = scores.get(floor, 0.0) + part
+                    if part > best.get(floor, (0.0, ""))[0]:
+                        best[floor] = (part, term)
 
-        def keep(floor: int) -> bool:
-            floor_role, floor_hidden = self._floor(floor)
-            return (role is None or floor_role == role) and (
-                hidden is None or floor_hidden == hidden
-            )
+            def keep(floor: int) -> bool:
+                floor_role, floor_hidden = self._floor(floor)
+                return (role is None or floor_role == role) and (
+                    hidden is None or floor_hidden == hidden
+                )
 
-        return _ranked(scores, best, keep, limit)
+            return _ranked(scores, best, keep, limit)
 
 
 def _ranked(
@@ -391,22 +399,6 @@ class ChatScan(Searcher):
 
     def __len__(self) -> int:
         return len(self._byte_lengths)
-
-    def search(
-        self,
-        query: str,
-        *,
-        limit: int,
-        end: int,
-        start: int = 0,
-        role: str | None = None,
-        hidden: bool | None = None,
-    ) -> list[Hit]:
-        """As :meth:`Searcher.search`, with the index build held still meanwhile."""
-        with self._quiet():
-            return super().search(
-                query, limit=limit, end=end, start=start, role=role, hidden=hidden
-            )
 
     def _counts(self, term: str) -> dict[int, int]:
         """Floor → how often ``term`` occurs in it, for the floors that hold it as a word."""
