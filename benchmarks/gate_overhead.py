@@ -584,7 +584,7 @@ def print_snapshot_table(
 async def main_async(args: argparse.Namespace) -> None:
     """Run both parts and print the report."""
     iterations, warmup, reps, cold_reps = (
-        (2_000, 300, 5, 3)
+        (2_000, 300, 5, 7)  # 7 cold builds: a median that one scheduler slice cannot move
         if args.quick
         else (args.iterations, args.warmup, args.snapshot_reps, args.cold_reps)
     )
