@@ -78,7 +78,7 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 # the default is thousands, far more than a test run makes. The server says so when
 # a workflow task starts: in the example run, after each of its 3 shell calls (its
 # other steps are local activities, run within one workflow task).
-SHORT_HISTORY = 12
+SHORT_HISTORY = 8
 
 
 @pytest.fixture(scope="module")

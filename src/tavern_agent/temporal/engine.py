@@ -71,7 +71,7 @@ class TemporalEngine:
     async def execute(self, run: Run, listeners: tuple[Listener, ...] = ()) -> RunResult:
         """Start the run's workflow and follow its journal to
         the end, passing each new event to ``listeners``."""
-        from tavern_agent.temporal.workflow import WORKFLOW_NAME, RunInput, StepOutcome
+        from tavern_agent.temporal.workflow import LOOP, WORKFLOW_NAME, RunInput, StepOutcome
 
         client = await self._client()
         handle = await client.start_workflow(
@@ -81,6 +81,7 @@ class TemporalEngine:
                 self.heartbeat_seconds,
                 activity_per_call=self.activity_per_call,
                 local_activities=self.local_activities,
+                loop=LOOP,
             ),
             id=run.id,
             task_queue=self.task_queue,

@@ -37,6 +37,11 @@ PER_CALL_PATCH = "activity-per-call"
 # Model requests and quick calls run as local activities (on the worker that runs the
 # workflow, no round trip through the server); histories from before replay without.
 LOCAL_PATCH = "local-activities"
+# The loop a run's input asks for (RunInput.loop). Runs started with ``loop`` 1 or more
+# take the activity per call and local activities from their input alone: no patch
+# markers, nor the search attribute the SDK upserts with each (4 of the example run's
+# 10 history events). Inputs without it (0: runs started before) go by the markers.
+LOOP = 1
 DEFAULT_TASK_QUEUE = "tavern-agent"
 # Errors that a retry on another worker cannot fix (the run's state is inconsistent).
 NOT_RETRIED = ["ResumeRefused", "RunNotFound"]
@@ -66,6 +71,8 @@ class RunInput:
     local_activities: bool = True
     # Whether ``next_call`` may run as a local activity (StepOutcome.local).
     next_local: bool = False
+    # LOOP for runs started by this version (0 before it: see LOOP).
+    loop: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,9 +133,15 @@ class RunWorkflow:
         each); on cancellation stop the children and journal the run as cancelled."""
         children = Children(params)
         try:
+            if params.loop >= LOOP:  # the input says how; no patch markers
+                if params.activity_per_call:
+                    return await self._activities(params, children, params.local_activities)
+                return await self._steps(params, children)
             # Input first: a workflow asked for steps records no patch marker.
             if params.activity_per_call and workflow.patched(PER_CALL_PATCH):
-                return await self._activities(params, children)
+                # Input first: a workflow asked for server-scheduled activities records none.
+                local = params.local_activities and workflow.patched(LOCAL_PATCH)
+                return await self._activities(params, children, local)
             return await self._steps(params, children)
         except (asyncio.CancelledError, CancelledError, ActivityError) as exc:
             if not _cancelled(exc):
@@ -146,9 +159,7 @@ class RunWorkflow:
         )
         return ended
 
-    async def _activities(self, params: RunInput, children: Children) -> StepOutcome:
-        # Input first: a workflow asked for server-scheduled activities records no marker.
-        local = params.local_activities and workflow.patched(LOCAL_PATCH)
+    async def _activities(self, params: RunInput, children: Children, local: bool) -> StepOutcome:
         next_call, next_local = params.next_call, params.next_local
         while True:
             if next_call is None:
