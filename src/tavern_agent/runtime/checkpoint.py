@@ -68,8 +68,13 @@ class Checkpoints:
         save_checkpoint(self.run_dir, state, durable=False)
         self._saved = state
 
-    def restore(self, by_id: Mapping[str, Invocation]) -> None:
-        """Give the invocations their saved read states (and gate counts of older versions)."""
+    def restore(self, by_id: Mapping[str, Invocation], *, replace: bool = False) -> None:
+        """Give the invocations their saved read states (and gate counts of older versions);
+        ``replace``: instead of those they hold (a live engine catching up)."""
+        if replace:
+            for inv in by_id.values():
+                inv.gate.reads.clear()
+            self._saved = None  # another engine wrote the file since: the next save writes
         checkpoint = load_checkpoint(self.run_dir)
         if checkpoint is None:
             return

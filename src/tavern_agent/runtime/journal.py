@@ -271,6 +271,27 @@ class Journal:
         self.seq += tail[:keep].count(b"\n")
         self._end += keep
 
+    def appended(self) -> list[JournalRecord] | None:
+        """The complete events another writer appended since this one's last event,
+        counted as :meth:`write` counts them (a durable engine that folds them onto its
+        state: see ``Engine.catch_up``); None if the file is shorter than that. A torn
+        last line is left for :meth:`write`."""
+        if self.size() < self._end:
+            return None
+        os.lseek(self._fd, self._end, os.SEEK_SET)
+        chunks = []
+        while chunk := os.read(self._fd, 1 << 20):
+            chunks.append(chunk)
+        events: list[Line] = []
+        for line in b"".join(chunks).split(b"\n")[:-1]:  # after the last newline: torn
+            try:
+                events.append(json.loads(line))
+            except (ValueError, RecursionError):
+                break  # a torn line: nothing after it was written
+            self.seq += 1
+            self._end += len(line) + 1
+        return _records(events)
+
     def size(self) -> int:
         """The journal file's length in bytes now."""
         return os.fstat(self._fd).st_size

@@ -136,6 +136,21 @@ class Engine:
         """Whether the engine's state is the fold of the journal as this engine wrote it."""
         return self._live
 
+    def catch_up(self) -> bool:
+        """Fold onto this live engine's state the events that another engine appended to
+        the journal since this one's last (the run's steps moved to another worker and
+        back), instead of folding the whole journal on a fresh engine.
+
+        Only the main line's model turns and calls fold so (see ``Resumer.catch_up``),
+        and only while no delegated task is live; False otherwise, and this engine is
+        then done with (its journal has counted the events): the caller opens the run
+        afresh.
+        """
+        if not self._live or self._tasks.live():
+            return False
+        records = self._journal.appended()
+        return records is not None and self._resumer.catch_up(records)
+
     def call_tool(self, call_id: str) -> tuple[ToolId | None, Profile]:
         """The tool the open turn's call ``call_id`` names (None: no such call or tool),
         and the profile of the invocation that made it (its limits)."""

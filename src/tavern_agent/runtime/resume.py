@@ -24,7 +24,7 @@ from tavern_agent.providers.transcript import (
 from tavern_agent.runtime import events as ev
 from tavern_agent.runtime.endings import RunResult
 from tavern_agent.runtime.invocation import Invocation
-from tavern_agent.runtime.journal import read_journal
+from tavern_agent.runtime.journal import JournalRecord, read_journal
 from tavern_agent.runtime.parts import RunPart
 from tavern_agent.runtime.turns import Finished, HandedOff
 
@@ -33,6 +33,23 @@ from tavern_agent.runtime.turns import Finished, HandedOff
 # which the engine's own fold applies after.
 AGENT_EVENTS = (ev.TaskStarted, ev.TaskFinished, ev.TaskResultsInjected, ev.TaskAwaitWaiting)
 CALLER_EVENTS = (ev.TaskResultsInjected, ev.TaskAwaitWaiting)
+
+
+# The events that fold onto a live state as they do onto a fresh one (see
+# Resumer.catch_up): the main line's model turns and calls. Not commits and persists
+# (the chat file and the run's notes changed too), tasks and invocations (state a live
+# engine holds beyond the fold), nor the run's endings and resumes.
+LIVE_FOLDS = (
+    ev.ModelRequest,
+    ev.ModelResponseStored,
+    ev.ReminderAdded,
+    ev.ToolCallRequested,
+    ev.ToolCallStarted,
+    ev.ToolResultStored,
+    ev.ToolCallEnded,
+    ev.AutoCommitCandidate,
+    ev.FinishAccepted,
+)
 
 
 class ResumeRefused(RuntimeError):
@@ -125,6 +142,22 @@ class Resumer(RunPart):
             if isinstance(event, ev.RunResumed | ev.InvocationStarted | ev.RunStarted):
                 break
         return None
+
+    def catch_up(self, records: list[JournalRecord]) -> bool:
+        """Fold ``records`` (appended by another engine) onto the live state, if all are
+        main-line events of :data:`LIVE_FOLDS`; then the read states are the checkpoint's,
+        as on a fresh engine. False (nothing folded) for any other: the caller folds the
+        whole journal on a fresh engine instead."""
+        by_id = {inv.id: inv for inv in self.run.invocations if not inv.is_child}
+        for record in records:
+            event = record.event
+            inv_id: str | None = getattr(event, "invocation_id", None)
+            if not isinstance(event, LIVE_FOLDS) or (inv_id is not None and inv_id not in by_id):
+                return False
+        for record in records:
+            self._fold(record.event, by_id)
+        self.checkpoints.restore(by_id, replace=True)
+        return True
 
     def _fold(self, event: ev.Event, by_id: dict[str, Invocation]) -> None:
         """Apply one journal event to the run's state (resume replays them all).

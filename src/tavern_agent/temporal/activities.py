@@ -4,9 +4,11 @@ Each is one step of the run's engine (``Engine.step_once(one_call=True)``); a
 step needs the run's :class:`~tavern_agent.runtime.loop.Engine` with the
 fold of its journal. A worker keeps the engine of each run whose last step it
 took (:class:`EngineCache`) and goes on from it while the journal is as that
-engine left it; a run whose journal grew elsewhere (its steps moved to another
-worker and back) is opened and folded again from the shared data root, so a
-step never depends on which worker took the previous one. A worker opens its
+engine left it. When the journal grew elsewhere (its steps moved to another
+worker and back), the kept engine folds just the appended events if they are
+the main line's model turns and calls (``Engine.catch_up``); otherwise the run
+is opened and its journal folded again from the shared data root. Either way
+a step never depends on which worker took the previous one. A worker opens its
 :class:`~tavern_agent.assembly.Assembly` (tool sources) once.
 
 A run's steps and the steps of its delegated tasks (child workflows) may run
@@ -253,14 +255,19 @@ class EngineCache:
     def __init__(self, limit: int = 256) -> None:
         self.limit = limit
         self._held: OrderedDict[str, HeldEngine] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
+        self.hits = 0  # the engine was current
+        self.caught_up = 0  # it folded the events appended elsewhere (Engine.catch_up)
+        self.misses = 0  # none, or one that could not catch up: the run is opened afresh
 
     async def take(self, run_dir: str) -> HeldEngine | None:
-        """The run's engine if it is current, else None (a stale one is closed)."""
+        """The run's engine if it is current or caught up with the journal, else None (a
+        stale one is closed)."""
         held = self._held.pop(run_dir, None)
         if held is not None and held.current():
             self.hits += 1
+            return held
+        if held is not None and held.engine.catch_up():
+            self.caught_up += 1
             return held
         self.misses += 1
         if held is not None:
