@@ -13,10 +13,14 @@ row of the goal table beside its baseline from the same run:
   the committed message read back), interleaved with the same run through
   ``tavern-agent serve --replay`` in its own process, a streaming ``POST
   /v1/chat/completions`` with the chat's floors as messages, timed to the
-  first byte of the body and to the last (``[DONE]``). Added = endpoint last
-  byte − in-process (medians). Also the CPU ``serve`` (with its workers)
-  spends per request beyond the in-process run's CPU, which the machine's
-  load does not move.
+  first byte of the body and to the last (the end of the chunked body).
+  Added = endpoint last byte − in-process (medians), by two clients on one
+  kept-alive connection each: a lean one (the request written by hand, the
+  chunked body read until its end: what the endpoint adds) and httpx, whose
+  own CPU per request (printed) is on the same cores and in the same wait.
+  Also the CPU ``serve`` (the serving process, and its workers) spends per
+  request beyond the in-process run's CPU, which the machine's load hardly
+  moves.
 * **20 concurrent replayed runs** against one ``serve`` (default
   ``--workers``: the number of cores), in × one request on the same server;
   baseline: the same with ``--workers 1``. Also the CPU each serve process
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -152,6 +157,45 @@ async def through_endpoint(
     return (first or last) - start, last - start
 
 
+class LeanClient:
+    """Streamed requests written by hand on one kept-alive connection: next to no client CPU."""
+
+    def __init__(self, url: str, key: str, body: dict[str, Any]) -> None:
+        parts = httpx.URL(url)
+        self.host, self.port = parts.host, parts.port or 80
+        data = json.dumps(body).encode()
+        head = (
+            f"POST {parts.raw_path.decode()} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n"
+            f"authorization: Bearer {key}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(data)}\r\n\r\n"
+        )
+        self.request = head.encode() + data
+        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def __call__(self) -> tuple[float, float]:
+        """Seconds to the first body byte and to the end of the body of one streamed request."""
+        if self.streams is None:
+            self.streams = await asyncio.open_connection(self.host, self.port)
+        reader, writer = self.streams
+        start = time.perf_counter()
+        writer.write(self.request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        text = await reader.read(65536)
+        first = time.perf_counter()
+        while not text.endswith(b"\r\n0\r\n\r\n"):  # the chunked body's end
+            piece = await reader.read(65536)
+            assert piece, text[-300:]
+            text += piece
+        last = time.perf_counter()
+        assert head.startswith(b"HTTP/1.1 200") and b"data: [DONE]" in text, text[-300:]
+        assert b'"content"' in text, text[-500:]
+        return first - start, last - start
+
+    def close(self) -> None:
+        if self.streams is not None:
+            self.streams[1].close()
+
+
 @dataclass
 class Served:
     process: subprocess.Popen[str]
@@ -228,28 +272,39 @@ class Setup:
 
 
 async def added(setup: Setup, repeats: int) -> dict[str, Any]:
-    """In-process and through the endpoint, interleaved."""
-    local: list[float] = []
-    local_cpu: list[float] = []
-    firsts: list[float] = []
-    lasts: list[float] = []
+    """In-process and through the endpoint (a lean client, then httpx), interleaved."""
+    got: dict[str, list[float]] = {
+        k: [] for k in ("local", "local_cpu", "firsts", "lasts", "httpx", "lean_cpu", "httpx_cpu")
+    }
     with serve(setup.data("endpoint"), "--replay", str(setup.recording)) as served:
+        lean = LeanClient(served.url, served.key, setup.body)
         async with (
             httpx.AsyncClient(timeout=120) as client,
             await Assembly.open(setup.tmp / "in-process") as assembly,
         ):
             args = (assembly, setup.recording, setup.profile, setup.tmp)
-            await through_endpoint(client, served.url, served.key, setup.body)  # warm both once
+            for _ in range(2):  # warm all three
+                await through_endpoint(client, served.url, served.key, setup.body)
+                await lean()
             await in_process(*args, -1)
-            cpu_before = served.cpu_seconds()
-            for i in range(repeats):  # interleaved, so drift hits both alike
+            cpu_before = served.cpu_by_process()
+            for i in range(repeats):  # interleaved, so drift hits all alike
                 wall, cpu = await in_process(*args, i)
-                local.append(wall)
-                local_cpu.append(cpu)
-                first, last = await through_endpoint(client, served.url, served.key, setup.body)
-                firsts.append(first)
-                lasts.append(last)
-            serve_cpu = (served.cpu_seconds() - cpu_before) / repeats
+                got["local"].append(wall)
+                got["local_cpu"].append(cpu)
+                used = time.process_time()
+                first, last = await lean()
+                got["lean_cpu"].append(time.process_time() - used)
+                got["firsts"].append(first)
+                got["lasts"].append(last)
+                used = time.process_time()
+                got["httpx"].append(
+                    (await through_endpoint(client, served.url, served.key, setup.body))[1]
+                )
+                got["httpx_cpu"].append(time.process_time() - used)
+            after = served.cpu_by_process()
+            lean.close()
+            by_process = [(t - cpu_before.get(p, 0.0)) / (2 * repeats) for p, t in after.items()]
             models = served.url.replace("/chat/completions", "/models")
             auth = {"authorization": f"Bearer {served.key}"}
             trips = []
@@ -257,13 +312,12 @@ async def added(setup: Setup, repeats: int) -> dict[str, Any]:
                 begin = time.perf_counter()
                 assert (await client.get(models, headers=auth)).status_code == 200
                 trips.append(time.perf_counter() - begin)
-    return {
-        "local": local,
-        "firsts": firsts,
-        "lasts": lasts,
+    local_cpu = statistics.mean(got["local_cpu"])
+    return got | {
         "trips": trips,
-        "cpu_added": serve_cpu - statistics.mean(local_cpu),
-        "local_cpu": statistics.mean(local_cpu),
+        "cpu_added": sum(by_process) - local_cpu,
+        "serving_cpu": by_process[0],  # the serving process alone (HTTP, hand-over)
+        "local_cpu": local_cpu,
     }
 
 
@@ -362,14 +416,19 @@ async def main(repeats: int, count: int, which: str, on_disk: bool, quick: bool)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     local, lasts = statistics.median(a["local"]), statistics.median(a["lasts"])
+    with_httpx = statistics.median(a["httpx"])
     print(f"  at the end:   {load()}")
     print(f"  in-process (Run.start + Engine)   {stats(a['local'])}")
     print(f"  endpoint, first body byte         {stats(a['firsts'])}")
-    print(f"  endpoint, last byte ([DONE])      {stats(a['lasts'])}")
-    print(f"  GET /v1/models round trip         {stats(a['trips'])}")
+    print(f"  endpoint, last byte, lean client  {stats(a['lasts'])}")
+    print(f"  endpoint, last byte, httpx        {stats(a['httpx'])}")
+    print(f"  GET /v1/models round trip (httpx) {stats(a['trips'])}")
     print(
         f"  CPU per request: in-process run {a['local_cpu'] * 1000:.2f} ms; "
-        f"serve and its workers {a['cpu_added'] * 1000:+.2f} ms beyond it"
+        f"serve and its workers {a['cpu_added'] * 1000:+.2f} ms beyond it "
+        f"(the serving process {a['serving_cpu'] * 1000:.2f} ms); the client's own: "
+        f"lean {statistics.mean(a['lean_cpu']) * 1000:.2f} ms, "
+        f"httpx {statistics.mean(a['httpx_cpu']) * 1000:.2f} ms"
     )
 
     for what, pairs in (("replayed", by_workers), ("model 300 ms", slow)):
@@ -396,6 +455,12 @@ async def main(repeats: int, count: int, which: str, on_disk: bool, quick: bool)
         f"{(lasts - local) * 1000:.1f} ms",
         f"in-process run {local * 1000:.1f} ms",
         "< 3 ms",
+    )
+    row(
+        "  the same through httpx (its CPU included)",
+        f"{(with_httpx - local) * 1000:.1f} ms",
+        f"httpx's own CPU {statistics.mean(a['httpx_cpu']) * 1000:.1f} ms",
+        "",
     )
     row(
         "endpoint, first body byte (median)",
