@@ -83,7 +83,12 @@ class Engine:
         fsync: bool = True,
         profiles: ProfileSource | None = None,
         background_children: bool = True,
+        sync_steps: bool = True,
     ) -> None:
+        """``sync_steps`` false: a step of one call (``step_once(one_call=True)``) that
+        leaves calls of its turn open does not sync the journal, the host does before it
+        records the step's end (a worker's activity that took several steps syncs once);
+        the barriers of the local engine stay."""
         self._run = run
         self._gateway = gateway
         journal = Journal(run.run_dir / run_layout.JOURNAL_FILE, run.id, fsync=fsync)
@@ -101,6 +106,7 @@ class Engine:
         parts = RunParts(run, journal, state, tasks, checkpoints)
         effects = Effects(parts, Handoffs(run, journal, tasks))
         self._calls = CallRunner(parts, effects)
+        self._calls.sync_call_end = sync_steps
         self._resumer = Resumer(parts)
         delegation.connect(self._calls, self._resumer)
         self._delegation = delegation
