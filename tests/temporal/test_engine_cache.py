@@ -25,7 +25,7 @@ from tavern_agent.temporal.activities import (
 from tavern_agent.temporal.worker import connect
 from tavern_agent.temporal.workflow import RunWorkflow, TaskWorkflow
 from tests.runtime.helpers import Harness, example_run_args, results, types
-from tests.runtime.test_step_once import SCRIPT
+from tests.runtime.test_call_steps import SCRIPT, outcomes
 from tests.temporal.helpers import activity_types, cli_json, kinds, payloads, run_messages
 from tests.temporal.test_temporal_engine import on_temporal, with_long_shell_profile
 
@@ -45,9 +45,11 @@ class Stepper:
         held = await self.cache.take(here)
         if held is None:
             unlocked = UnlockedWhileAsking(self.gateway)  # no lock given: it just asks
-            engine = Engine(Run.open(self.h.assembly, self.run.run_dir), unlocked, fsync=False)
+            run = Run.open(self.h.assembly, self.run.run_dir)
+            engine = Engine(run, unlocked, fsync=False, durable_steps=False)
             held = HeldEngine(engine, unlocked, 0)
         outcome = await held.engine.step_once(one_call=True, call_id=call_id)
+        held.engine.make_durable()  # as the activity does before it answers
         if isinstance(outcome, RunResult):
             await held.close()
         else:
@@ -92,17 +94,18 @@ def test_a_kept_engine_folds_what_another_worker_appended(tmp_path: Path) -> Non
     assert types(one_run) == types(two_run) == types(loop_run)
     assert len(two_sent) == 3 and two_sent == one_sent
     assert results(two_run) == results(one_run) == results(loop_run)
+    assert outcomes(two_run) == outcomes(one_run) == outcomes(loop_run)
     assert two.chat_messages()[-1]["mes"] == one.chat_messages()[-1]["mes"]
     ended = [(r.status, r.commits, r.rounds) for r in (loop_result, one_result, two_result)]
     assert ended == [("completed", 2, 3)] * 3
     # One worker: its engine goes on from the run's first step (opened there).
-    assert one_worker["a"].counts() == (6, 0, 1)
-    # Two, taking turns at each of the run's 7 steps (3 model requests, 4 calls): a's
-    # engine, kept from the first, folds b's call or model request before each of its
-    # steps; b's is behind each time by a commit (the auto-publish at the first turn's
-    # end, then the commit call) and is opened afresh.
-    assert workers["a"].counts() == (0, 3, 1)
-    assert workers["b"].counts() == (0, 0, 3)
+    assert one_worker["a"].counts() == (9, 0, 1)
+    # Two, taking turns at each of the run's 10 steps (3 model requests, 7 calls; the
+    # patch on b needs the read state of a's read): each worker's engine folds the other's
+    # step before its own, except a's after b's turn ends (an auto-publish: a commit) and
+    # after b's commit call, where a opens the run afresh.
+    assert workers["a"].counts() == (0, 2, 3)
+    assert workers["b"].counts() == (0, 4, 1)
 
 
 @pytest.mark.slow

@@ -110,9 +110,9 @@ class CallRunner(RunPart):
         super().__init__(parts)
         self.effects = effects
         self._repeatable = parts.run.tools.repeatable
-        # Whether a step of one call that leaves calls of its turn open syncs the journal
-        # (see Engine's ``sync_steps``).
-        self.sync_call_end = True
+        # Whether a step of one call that leaves calls of its turn open makes itself
+        # durable (see Engine's ``durable_steps``).
+        self.durable_call_end = True
 
     async def run_turn(
         self,
@@ -191,11 +191,11 @@ class CallRunner(RunPart):
             self.state.stand_at(None if isinstance(step, NextRound) else step)
         # The step's end is recorded elsewhere (a durable engine's activity completes)
         # and the next call may run on a fresh engine: the journal must be durable and
-        # the read states saved now, not at the turn's end (the host syncs the journal
+        # the read states saved now, not at the turn's end (unless the host does it
         # itself when it records the end of several steps at once).
-        if self.sync_call_end:
+        if self.durable_call_end:
             self.journal.sync()
-        self.checkpoints.save(self.run.invocations)
+            self.checkpoints.save(self.run.invocations)
         return NextCall(next_call)
 
     def _turn_end(self, inv: Invocation, number: int, step: Next) -> Next:

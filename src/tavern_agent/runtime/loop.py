@@ -83,12 +83,12 @@ class Engine:
         fsync: bool = True,
         profiles: ProfileSource | None = None,
         background_children: bool = True,
-        sync_steps: bool = True,
+        durable_steps: bool = True,
     ) -> None:
-        """``sync_steps`` false: a step of one call (``step_once(one_call=True)``) that
-        leaves calls of its turn open does not sync the journal, the host does before it
-        records the step's end (a worker's activity that took several steps syncs once);
-        the barriers of the local engine stay."""
+        """``durable_steps`` false: a step of one call (``step_once(one_call=True)``) that
+        leaves calls of its turn open neither syncs the journal nor saves the read states;
+        the host calls :meth:`make_durable` before it records the step's end (a worker's
+        activity that took several steps, once). The local engine's barriers stay."""
         self._run = run
         self._gateway = gateway
         journal = Journal(run.run_dir / run_layout.JOURNAL_FILE, run.id, fsync=fsync)
@@ -106,7 +106,7 @@ class Engine:
         parts = RunParts(run, journal, state, tasks, checkpoints)
         effects = Effects(parts, Handoffs(run, journal, tasks))
         self._calls = CallRunner(parts, effects)
-        self._calls.sync_call_end = sync_steps
+        self._calls.durable_call_end = durable_steps
         self._resumer = Resumer(parts)
         delegation.connect(self._calls, self._resumer)
         self._delegation = delegation
@@ -141,6 +141,12 @@ class Engine:
     def live(self) -> bool:
         """Whether the engine's state is the fold of the journal as this engine wrote it."""
         return self._live
+
+    def make_durable(self) -> None:
+        """Sync the journal and save the read states: the steps so far survive a power
+        loss and may go on on a fresh engine (see ``durable_steps``)."""
+        self._journal.sync()
+        self._checkpoints.save(self._run.invocations)
 
     def catch_up(self) -> bool:
         """Fold onto this live engine's state the events that another engine appended to

@@ -413,16 +413,16 @@ class RunActivities:
         if held is None:
             run = await Run.aopen(self.assembly, Path(run_dir))
             gateway = UnlockedWhileAsking(self.gateways(run))
-            # The run's workflow drives its delegated tasks as child workflows; the
-            # journal is synced once at the activity's end, before its answer is recorded.
-            engine = Engine(run, gateway, background_children=False, sync_steps=False)
+            # The run's workflow drives its delegated tasks as child workflows; the steps
+            # are made durable once, at the activity's end, before its answer is recorded.
+            engine = Engine(run, gateway, background_children=False, durable_steps=False)
             held = HeldEngine(engine, gateway, 0)
         held.gateway.lock, held.gateway.journal = lock, held.engine.journal
         held.gateway.moved = False
         going = False
         try:
             answer, going = await step(held.engine)
-            held.engine.journal.sync()
+            held.engine.make_durable()
             return answer
         finally:
             held.gateway.lock = None
