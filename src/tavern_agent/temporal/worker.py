@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from datetime import timedelta
@@ -113,6 +114,10 @@ async def serve(
             max_concurrent_local_activities=concurrency,
             sticky_queue_schedule_to_start_timeout=STICKY_WAIT,
         )
+        # What is loaded by now (the SDK, its protobuf modules, the assembly) lives as long
+        # as the worker: left out of the collector's full passes, which otherwise walk
+        # these 75,000 objects again and again as runs come and go (about 1 ms per run).
+        gc.freeze()
         running = asyncio.ensure_future(worker.run())
         try:
             await asyncio.shield(running)
