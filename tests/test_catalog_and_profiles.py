@@ -93,6 +93,21 @@ def test_profile_files_resolve_by_path_id_and_builtin(tmp_path: Path) -> None:
         resolve_profile(str(tmp_path / "broken.json"), tmp_path)
 
 
+def test_a_profile_file_rewritten_loads_as_it_is_now(tmp_path: Path) -> None:
+    # Loads reuse the profile made from the same text; a changed file, even of the
+    # same size and at once, is read as it is now, and a broken one is refused again.
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(Profile.new("aaaa").to_json()))
+    first = Profile.load(path)
+    assert Profile.load(path) == first
+    path.write_text(json.dumps(Profile.new("bbbb").to_json()))
+    assert Profile.load(path).id == "bbbb"
+    path.write_text(json.dumps(Profile.new("aaaa").to_json())[:-1])
+    for _ in range(2):
+        with pytest.raises(ProfileError, match="cannot read profile"):
+            Profile.load(path)
+
+
 def test_validation_refuses_newly_enabled_unknown_tools(
     assembly: Assembly, extensions: InMemoryToolSource
 ) -> None:

@@ -8,6 +8,7 @@ which tools are shown to the model; ``tools.deny`` wins over ``allow``.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable
 from functools import cached_property
 from importlib import resources
@@ -26,6 +27,12 @@ DEFAULT_INLINE_CHAR_LIMIT = 50_000
 DEFAULT_MAX_IDENTICAL_FAILURES = 5
 NEW_PROFILE_TOOLS = ("builtin:workspace.shell",)
 BUILTIN_PROFILE_IDS = ("default-writer",)
+
+# Profiles already made, by their file's bytes and by built-in id (see Profile.load).
+_LOADED: dict[bytes, Profile] = {}
+_LOADED_MAX = 64
+_LOADED_LOCK = threading.Lock()
+_BUILTINS: dict[str, Profile] = {}
 
 
 class ProfileError(ValueError):
@@ -247,24 +254,42 @@ class Profile(_Model):
     @classmethod
     def load(cls, path: Path) -> Profile:
         """A profile from a JSON file; raises ``ProfileError``
-        for a missing, unreadable or invalid file."""
+        for a missing, unreadable or invalid file.
+
+        The file is read every time; a text read before gives the profile made
+        from it then (profiles are frozen), so listing the data root's profiles
+        for every run does not validate them again."""
         try:
-            data = json_input.loads(path.read_bytes())
+            raw = path.read_bytes()
         except FileNotFoundError:
             raise ProfileError(f"{path}: no such profile file") from None
         except OSError as exc:
             raise ProfileError(f"{path}: cannot read profile: {exc.strerror or exc}") from None
+        known = _LOADED.get(raw)
+        if known is not None:
+            return known
+        try:
+            data = json_input.loads(raw)
         except json_input.JsonInputError as exc:
             raise ProfileError(f"{path}: cannot read profile: {exc}") from None
-        return cls.from_json(data, str(path))
+        profile = cls.from_json(data, str(path))
+        with _LOADED_LOCK:
+            while len(_LOADED) >= _LOADED_MAX:  # the oldest first
+                del _LOADED[next(iter(_LOADED))]
+            _LOADED[raw] = profile
+        return profile
 
     @classmethod
     def builtin(cls, profile_id: str) -> Profile:
         """One of the profiles shipped with the package (:data:`BUILTIN_PROFILE_IDS`)."""
         if profile_id not in BUILTIN_PROFILE_IDS:
             raise ProfileError(f"no built-in profile {profile_id!r}")
-        text = resources.files("tavern_agent.profiles").joinpath(f"{profile_id}.json").read_text()
-        return cls.from_json(json.loads(text), f"built-in profile {profile_id}")
+        known = _BUILTINS.get(profile_id)
+        if known is None:  # the package's files do not change while it runs
+            text = resources.files("tavern_agent.profiles").joinpath(f"{profile_id}.json")
+            data = json.loads(text.read_text())
+            known = _BUILTINS[profile_id] = cls.from_json(data, f"built-in profile {profile_id}")
+        return known
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form, as :meth:`from_json` reads it (camelCase keys, every field)."""

@@ -211,7 +211,7 @@ class Run:
         if spec.chat_file is not None:
 
             def root(stable: str) -> Path:
-                folder = data.chat_run(stable, run_id, profile).root
+                folder = data.chat_run_root(stable, run_id)  # its workspace is made below
                 undo.append(partial(shutil.rmtree, folder, ignore_errors=True))
                 return folder
 

@@ -117,6 +117,14 @@ class DataRoot:
         """The chat workspace's shared chat mount (see :mod:`tavern_agent.chat.mount`)."""
         return self.path / "chats" / chat_workspace_id(stable_chat_id) / "mount"
 
+    def chat_run_root(self, stable_chat_id: str, run_id: str) -> Path:
+        """A chat run's folder, made if missing (no workspace object: :meth:`chat_run`);
+        raises ``ValueError`` for a bad run id."""
+        runs = self.path / "chats" / chat_workspace_id(stable_chat_id) / "runs"
+        folder = runs / _checked_id("run id", run_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
     def chat_run(
         self,
         stable_chat_id: str,
@@ -126,8 +134,7 @@ class DataRoot:
         floors: FloorFiles | None = None,
     ) -> Workspace:
         """A chat run's workspace; ``floors`` (the chat run) backs ``chat/floors/``."""
-        root = self.path / "chats" / chat_workspace_id(stable_chat_id) / "runs"
-        ws = self.workspace_at(root / _checked_id("run id", run_id), Scene.CHAT, profile)
+        ws = self.workspace_at(self.chat_run_root(stable_chat_id, run_id), Scene.CHAT, profile)
         ws.chat_floors = floors
         return ws
 
