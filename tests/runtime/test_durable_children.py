@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tavern_agent.run_layout import JOURNAL_FILE
+from tavern_agent.runtime.journal import read_events
 from tavern_agent.runtime.loop import Engine, RunResult
 from tavern_agent.runtime.run import Run, all_runs
 from tavern_agent.runtime.scripted import AgentScript, ScriptedAgents, call, calls
@@ -300,13 +302,26 @@ async def child_in_shell(data: Path) -> tuple[Path, str]:
 
 
 def running_calls(run_dir: Path) -> dict[tuple[str, str], str]:
-    """The calls started without a result yet: (invocation id, call id) -> tool name."""
+    """The calls started without a result yet: (invocation id, call id) -> tool name.
+
+    The journal is read once: it grows while the run goes on, and a call requested and
+    started between two reads would be started without a name.
+    """
+    journal = read_events(run_dir / JOURNAL_FILE)
+
+    def calls(kind: str) -> list[tuple[str, str]]:
+        return [
+            (e["payload"]["invocationId"], e["payload"]["callId"])
+            for e in journal
+            if e["type"] == kind
+        ]
+
     names = {
-        (p["invocationId"], p["callId"]): p["name"]
-        for p in payloads(run_dir, "tool_call_requested")
+        (e["payload"]["invocationId"], e["payload"]["callId"]): e["payload"]["name"]
+        for e in journal
+        if e["type"] == "tool_call_requested"
     }
-    started = {(p["invocationId"], p["callId"]) for p in payloads(run_dir, calls_kind)}
-    done = {(p["invocationId"], p["callId"]) for p in payloads(run_dir, "tool_result_stored")}
+    started, done = set(calls(calls_kind)), set(calls("tool_result_stored"))
     return {call: names[call] for call in started - done}
 
 
