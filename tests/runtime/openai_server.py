@@ -5,8 +5,9 @@ plays is the number of assistant messages in the request's history, so the
 answer follows the conversation, as a real server's would. ``fail_first``
 makes the first N requests answer 503 (to exercise retries); ``pause_once_at``
 holds the first request for one turn unanswered (to kill the client mid-run); ``delay``
-seconds pass before each answer (a model that thinks). Every request body is kept in
-``bodies``.
+seconds pass before each answer (a model that thinks); ``gather`` holds the first
+requests (for the first turn) until that many are held at once, then answers them all
+(``gathered`` is set) and holds none after. Every request body is kept in ``bodies``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class OpenAIServer(LoopbackServer):
         hang: bool = False,
         pause_once_at: int | None = None,
         delay: float = 0.0,
+        gather: int = 0,
+        gather_limit: float = 600,
     ) -> None:
         self.turns = list(turns)
         self.delay = delay
@@ -42,6 +45,11 @@ class OpenAIServer(LoopbackServer):
         self.paused = threading.Event()
         self.release = threading.Event()
         self.fail_left = fail_first
+        self.gather, self.gather_limit = gather, gather_limit
+        self.gathered = threading.Event()
+        self._opened = threading.Event()  # gathered, or the server closes
+        self._held = 0
+        self._lock = threading.Lock()
         self.bodies: list[dict[str, Any]] = []
         self.auth: list[str | None] = []
         server = self
@@ -71,6 +79,8 @@ class OpenAIServer(LoopbackServer):
                     server.release.wait(30)
                     return
                 turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+                if turn == 0:
+                    server.hold_until_gathered()
                 if turn == server.pause_once_at and not server.paused.is_set():
                     server.paused.set()
                     server.release.wait(60)
@@ -90,12 +100,27 @@ class OpenAIServer(LoopbackServer):
 
         super().__init__(Handler)
 
+    def hold_until_gathered(self) -> None:
+        """Hold a first request until ``gather`` are held (none once they were, or after
+        ``gather_limit`` seconds: the test then finds ``gathered`` unset)."""
+        with self._lock:
+            if self._held >= self.gather:
+                return
+            self._held += 1
+            if self._held == self.gather:
+                self.gathered.set()
+                self._opened.set()
+        self._opened.wait(self.gather_limit)
+        with self._lock:
+            self._held = self.gather  # held no longer, whether gathered or not
+
     @property
     def base_url(self) -> str:
         return f"{self.origin}/v1"
 
     def __exit__(self, *exc: object) -> None:
         self.release.set()
+        self._opened.set()
         super().__exit__(*exc)
 
 

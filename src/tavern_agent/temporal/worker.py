@@ -31,6 +31,19 @@ from tavern_agent.temporal.workflow import DEFAULT_TASK_QUEUE, RunWorkflow, Task
 STICKY_WAIT = timedelta(seconds=2)
 
 
+def workflow_task_slots(concurrency: int) -> int:
+    """How many workflow tasks a worker taking ``concurrency`` steps at once holds.
+
+    A run's workflow task stays open while its local activity takes the run's steps,
+    so each task a worker holds is a run it has taken. The SDK's default (100) let
+    one worker take runs by the dozen that waited there for a step slot while
+    another worker stood idle; twice the steps leaves room for the short tasks of
+    delegated tasks' workflows (and the SDK's minimum of 2) while the rest of the
+    runs wait at the server for whichever worker frees a slot first.
+    """
+    return 2 * concurrency
+
+
 _SDK_LOG = logging.getLogger("tavern_agent.temporal.sdk")
 _runtime_level: str | None = None
 # The SDK's warning for a workflow task that took more than 5 s. A run's local
@@ -112,6 +125,7 @@ async def serve(
             activities=activities.activities,
             max_concurrent_activities=concurrency,
             max_concurrent_local_activities=concurrency,
+            max_concurrent_workflow_tasks=workflow_task_slots(concurrency),
             sticky_queue_schedule_to_start_timeout=STICKY_WAIT,
         )
         # What is loaded by now (the SDK, its protobuf modules, the assembly) lives as long
