@@ -287,9 +287,11 @@ calls_kind = "tool_call_started"
 
 
 async def child_in_shell(data: Path) -> tuple[Path, str]:
-    """Wait (at most a minute) until a run's delegated child is inside its shell call:
-    the run, its task. (On Temporal its parent's await may not have started yet: it
-    waits for the run's step lock, which the child's shell call holds.)"""
+    """Wait until a run's delegated child is inside its shell call: the run, its task.
+    (On Temporal its parent's await may not have started yet: it waits for the run's
+    step lock, which the child's shell call holds.) At most ten minutes, which only a
+    hang takes: beside dozens of processes on two cores, starting two workers and the
+    run's first steps took more than a minute."""
 
     async def poll() -> tuple[Path, str]:
         while True:
@@ -298,7 +300,7 @@ async def child_in_shell(data: Path) -> tuple[Path, str]:
                     return run_dir, payloads(run_dir, "task_started")[0]["taskId"]
             await asyncio.sleep(0.05)
 
-    return await asyncio.wait_for(poll(), 60)
+    return await asyncio.wait_for(poll(), 600)
 
 
 def running_calls(run_dir: Path) -> dict[tuple[str, str], str]:
