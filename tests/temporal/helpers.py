@@ -165,6 +165,19 @@ async def running_step_worker(address: str, run_id: str) -> int | None:
     return None
 
 
+async def workflow_task_worker(address: str, run_id: str) -> int:
+    """The process id of the worker that took the run's latest workflow task (which holds
+    the run's local activities while they run)."""
+    client = await connect(address)
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    (*_, last) = [
+        e.workflow_task_started_event_attributes.identity
+        for e in history.events
+        if e.HasField("workflow_task_started_event_attributes")
+    ]
+    return int(last.split("@")[0])
+
+
 async def polling(address: str, task_queue: str, pid: int) -> None:
     """Wait until the worker process ``pid`` polls ``task_queue`` for steps."""
     client = await connect(address)

@@ -44,6 +44,7 @@ from tests.temporal.helpers import (
     steps_by_worker,
     with_long_shell_calls,
     workflow_runs,
+    workflow_task_worker,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.temporal]
@@ -302,30 +303,37 @@ def test_a_worker_killed_during_a_local_shell_call_leaves_it_unknown_to_the_next
 ) -> None:
     """A shell call bounded to a minute is a local activity: the worker killed during it
     takes the workflow task with it; after the task's timeout the other worker runs the
-    run on from the journal, and the call cut off gets the outcome-unknown result."""
+    run on from the journal, and the call cut off gets the outcome-unknown result.
+
+    Both workers poll before the run comes (a worker started during the shell call may
+    take longer than the call to start on a busy machine); the one that took the run is
+    killed."""
     data = tmp_path / "data"
     workers = Workers(temporal_server, data, "kill-local")
-    first = workers.start()
+    procs = [workers.start(), workers.start()]
 
-    async def scenario(base_url: str) -> tuple[dict[str, Any], dict[int, set[str]]]:
+    async def scenario(base_url: str) -> tuple[dict[str, Any], dict[int, set[str]], int]:
+        for proc in procs:
+            await polling(temporal_server, "kill-local", proc.pid)
         args = http_run_args(tmp_path, "chat", base_url, shell_seconds=60)
         running = asyncio.ensure_future(
             cli_json(data, *args, *on_temporal(temporal_server, "kill-local"))
         )
         (run_dir,) = await shell_running(data, [tmp_path / "chat.jsonl"])
         assert await running_step_worker(temporal_server, run_dir.name) is None  # local
-        await polling(temporal_server, "kill-local", workers.start().pid)
-        workers.kill(first)
+        pid = await workflow_task_worker(temporal_server, run_dir.name)
+        (victim,) = [p for p in procs if p.pid == pid]
+        workers.kill(victim)
         outcome = await running
-        return outcome, await steps_by_worker(temporal_server, [outcome["runId"]])
+        return outcome, await steps_by_worker(temporal_server, [outcome["runId"]]), pid
 
     try:
         with OpenAIServer(shell_turns("sleep 50")) as server:
-            outcome, by_worker = asyncio.run(scenario(server.base_url))
+            outcome, by_worker, killed = asyncio.run(scenario(server.base_url))
     finally:
         workers.stop_all()
     assert (outcome["status"], outcome["commits"]) == ("completed", 2)
-    assert set(by_worker) - {first.pid}  # the other worker ran the run on
+    assert set(by_worker) - {killed}  # the other worker ran the run on
     run_dir = Path(outcome["runDir"])
     events = kinds(run_dir)
     assert events.count("tool_call_started") == 4 and events.count("run_completed") == 1
