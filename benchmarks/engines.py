@@ -50,6 +50,7 @@ from tavern_agent.runtime.turns import NextCall
 from tavern_agent.temporal.engine import TemporalEngine
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.temporal's helpers
 EXAMPLES = ROOT / "examples"
 RECORDED = EXAMPLES / "recorded-run"
 
@@ -182,20 +183,9 @@ def worker(address: str, data: Path, queue: str) -> subprocess.Popen[bytes]:
 
 async def polled_by(address: str, queue: str, workers: int) -> None:
     """Wait until ``workers`` processes poll ``queue`` for activities (imported, connected)."""
-    from temporalio.api.enums.v1 import TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+    from tests.temporal.helpers import wait_for_pollers
 
-    from tavern_agent.temporal.worker import connect
-
-    client = await connect(address)
-    request = DescribeTaskQueueRequest(
-        namespace=client.namespace,
-        task_queue=TaskQueue(name=queue),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
-    )
-    while len((await client.workflow_service.describe_task_queue(request)).pollers) < workers:
-        await asyncio.sleep(0.2)
+    await wait_for_pollers(address, queue, lambda ids: len(ids) >= workers)
 
 
 async def step_costs(data: Path) -> tuple[list[tuple[str, int, float]], int]:

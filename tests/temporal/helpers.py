@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -178,8 +179,10 @@ async def workflow_task_worker(address: str, run_id: str) -> int:
     return int(last.split("@")[0])
 
 
-async def polling(address: str, task_queue: str, pid: int) -> None:
-    """Wait until the worker process ``pid`` polls ``task_queue`` for steps."""
+async def wait_for_pollers(
+    address: str, task_queue: str, enough: Callable[[list[str]], bool]
+) -> None:
+    """Wait until the identities (``pid@host``) polling ``task_queue`` for steps are ``enough``."""
     client = await connect(address)
     request = DescribeTaskQueueRequest(
         namespace=client.namespace,
@@ -188,9 +191,16 @@ async def polling(address: str, task_queue: str, pid: int) -> None:
     )
     while True:
         described = await client.workflow_service.describe_task_queue(request)
-        if any(p.identity.startswith(f"{pid}@") for p in described.pollers):
+        if enough([p.identity for p in described.pollers]):
             return
         await asyncio.sleep(0.1)
+
+
+async def polling(address: str, task_queue: str, pid: int) -> None:
+    """Wait until the worker process ``pid`` polls ``task_queue`` for steps."""
+    await wait_for_pollers(
+        address, task_queue, lambda ids: any(i.startswith(f"{pid}@") for i in ids)
+    )
 
 
 async def replay(address: str, run_id: str) -> None:
