@@ -106,13 +106,13 @@ def _raw_json(raw: Any) -> Any:
 class CallRunner(RunPart):
     """Runs the calls of one run's turns (the main line's and its tasks')."""
 
-    def __init__(self, parts: RunParts, effects: Effects) -> None:
+    def __init__(self, parts: RunParts, effects: Effects, *, durable_call_end: bool = True) -> None:
         super().__init__(parts)
         self.effects = effects
         self._repeatable = parts.run.tools.repeatable
         # Whether a step of one call that leaves calls of its turn open makes itself
         # durable (see Engine's ``durable_steps``).
-        self.durable_call_end = True
+        self._durable_call_end = durable_call_end
 
     async def run_turn(
         self,
@@ -193,7 +193,7 @@ class CallRunner(RunPart):
         # and the next call may run on a fresh engine: the journal must be durable and
         # the read states saved now, not at the turn's end (unless the host does it
         # itself when it records the end of several steps at once).
-        if self.durable_call_end:
+        if self._durable_call_end:
             self.journal.sync()
             self.checkpoints.save(self.run.invocations)
         return NextCall(next_call)

@@ -105,8 +105,7 @@ class Engine:
         tasks = self._tasks = delegation.tasks
         parts = RunParts(run, journal, state, tasks, checkpoints)
         effects = Effects(parts, Handoffs(run, journal, tasks))
-        self._calls = CallRunner(parts, effects)
-        self._calls.durable_call_end = durable_steps
+        self._calls = CallRunner(parts, effects, durable_call_end=durable_steps)
         self._resumer = Resumer(parts)
         delegation.connect(self._calls, self._resumer)
         self._delegation = delegation
